@@ -1,0 +1,5 @@
+"""Pure online-learning algorithms: no Kafka, no Faust, no I/O.
+
+Every learner implements :class:`learners.base.Learner`; :func:`learners.registry.make_learner`
+builds one from a family and algorithm name.
+"""

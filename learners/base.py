@@ -1,0 +1,122 @@
+"""The contract every banditflow learner implements.
+
+A learner is a small, pure state machine driven by three verbs:
+
+- ``decide(context, rng)`` turns a context into a decision. It returns the ``output`` that is
+  published on the decision event and the ``pending`` record that learning needs later
+  (scores in the set, features, propensities, reservations). ``decide`` may change the
+  learner's state (a budget reservation, an in-flight count), never anything else.
+- ``learn(pending, feedback)`` incorporates one piece of feedback for a pending decision and
+  says whether the decision is now settled (``done``) or still expects more feedback.
+- ``expire(pending)`` applies the family's timeout rule to a decision whose feedback never
+  (fully) arrived.
+
+State is a JSON-serialisable dict (``to_state`` / ``from_state``) that stays compact: it is
+rewritten into a changelog-backed table on every update. All randomness comes from the
+``rng`` argument, which the processors derive from the learner seed and the event id, so a
+replay reproduces every decision.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Self
+
+import numpy as np
+
+JSON = dict[str, Any]
+
+
+class LearnerError(ValueError):
+    """An event or a parameter that the learner cannot use; the message says why."""
+
+
+@dataclass(frozen=True)
+class Decided:
+    """What ``decide`` returns: the published output and the record kept until feedback."""
+
+    output: JSON
+    pending: JSON
+
+
+@dataclass(frozen=True)
+class Learned:
+    """What ``learn`` / ``expire`` return.
+
+    ``done`` is False when the decision still expects feedback (e.g. the human's answer after
+    the model's reward). ``metrics`` are per-event observations for the metrics side, such as
+    ``{"covered": 1.0}``.
+    """
+
+    done: bool = True
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+
+class Learner(ABC):
+    """Base class of all learners. Subclasses set ``family`` and ``algorithm``."""
+
+    family: ClassVar[str]
+    algorithm: ClassVar[str]
+
+    @abstractmethod
+    def decide(self, context: Mapping[str, Any], rng: np.random.Generator) -> Decided:
+        """Decide for one context event (family-specific fields, already schema-valid)."""
+
+    @abstractmethod
+    def learn(self, pending: Mapping[str, Any], feedback: Mapping[str, Any]) -> Learned:
+        """Incorporate one feedback event for a decision made by ``decide``."""
+
+    @abstractmethod
+    def expire(self, pending: Mapping[str, Any]) -> Learned:
+        """Apply the timeout rule to a decision whose feedback did not (fully) arrive."""
+
+    @abstractmethod
+    def to_state(self) -> JSON:
+        """Compact JSON-serialisable state (parameters are stored separately)."""
+
+    @classmethod
+    @abstractmethod
+    def from_params(cls, params: Mapping[str, Any]) -> Self:
+        """A fresh learner; raises :class:`LearnerError` naming any bad parameter."""
+
+    @classmethod
+    def from_state(cls, params: Mapping[str, Any], state: Mapping[str, Any]) -> Self:
+        """A learner restored from ``to_state`` output and its parameters."""
+        learner = cls.from_params(params)
+        learner.load_state(state)
+        return learner
+
+    @abstractmethod
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Replace this learner's state with ``state`` (from ``to_state``)."""
+
+    def summary(self) -> dict[str, float | list[float]]:
+        """Live gauges for the metrics side, e.g. ``{"threshold": 0.3}``, ``{"dual_price": 1.2}``
+        or ``{"arm_pulls": [3.0, 10.0]}`` (a list is exported with an index label)."""
+        return {}
+
+
+def require(params: Mapping[str, Any], name: str, kind: type, default: Any = None) -> Any:
+    """Read one parameter, with a default, converting and naming the parameter on error."""
+    value = params.get(name, default)
+    if value is None:
+        raise LearnerError(f"parameter {name!r} is required")
+    try:
+        converted = kind(value)
+    except (TypeError, ValueError) as exc:
+        raise LearnerError(f"parameter {name!r} must be {kind.__name__}, got {value!r}") from exc
+    if isinstance(converted, float) and not math.isfinite(converted):
+        raise LearnerError(f"parameter {name!r} must be finite, got {value!r}")
+    return converted
+
+
+def check_unknown(params: Mapping[str, Any], known: set[str]) -> None:
+    """Reject parameters the algorithm does not know (typos would otherwise pass silently)."""
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise LearnerError(
+            f"unknown parameter(s) {', '.join(map(repr, unknown))}; known: {', '.join(sorted(known))}"
+        )
