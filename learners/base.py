@@ -117,6 +117,5 @@ def check_unknown(params: Mapping[str, Any], known: set[str]) -> None:
     """Reject parameters the algorithm does not know (typos would otherwise pass silently)."""
     unknown = sorted(set(params) - known)
     if unknown:
-        raise LearnerError(
-            f"unknown parameter(s) {', '.join(map(repr, unknown))}; known: {', '.join(sorted(known))}"
-        )
+        names = ", ".join(map(repr, unknown))
+        raise LearnerError(f"unknown parameter(s) {names}; known: {', '.join(sorted(known))}")

@@ -47,7 +47,9 @@ class ConformalLearner(Learner):
     def decide(self, context: Mapping[str, Any], rng: np.random.Generator) -> Decided:
         labels, scores = validate_context(context)
         tau = self.threshold
-        chosen = [(label, score) for label, score in zip(labels, scores, strict=True) if score >= tau]
+        chosen = [
+            (label, score) for label, score in zip(labels, scores, strict=True) if score >= tau
+        ]
         threshold = None if math.isinf(tau) else tau
         output = {
             "labels": [label for label, _ in chosen],

@@ -31,7 +31,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, ClassVar, Self
 
-from learners.base import LearnerError, Learned, check_unknown, require
+from learners.base import LearnerError, check_unknown, require
 from learners.conformal.base import ConformalLearner
 
 
@@ -78,11 +78,15 @@ class SPS(ConformalLearner):
         check_unknown(params, cls.PARAMS)
         alpha = require(params, "alpha", float, 0.9)
         if not 0.0 < alpha < 1.0:
-            raise LearnerError(f"parameter 'alpha' (target coverage) must be in (0, 1), got {alpha}")
+            raise LearnerError(
+                f"parameter 'alpha' (target coverage) must be in (0, 1), got {alpha}"
+            )
         horizon = params.get("horizon")
         schedule = str(params.get("schedule") or ("fixed" if horizon is not None else "anytime"))
         if schedule not in ("fixed", "anytime"):
-            raise LearnerError(f"parameter 'schedule' must be 'fixed' or 'anytime', got {schedule!r}")
+            raise LearnerError(
+                f"parameter 'schedule' must be 'fixed' or 'anytime', got {schedule!r}"
+            )
         if schedule == "fixed":
             if horizon is None:
                 raise LearnerError(
@@ -137,6 +141,13 @@ class SPS(ConformalLearner):
             largest = self.above.pop()
             self.dropped += 1
             self.drop_floor = largest if self.drop_floor is None else min(self.drop_floor, largest)
+
+    def summary(self) -> dict[str, float | list[float]]:
+        # n_le / n estimates G*(tau): tau only rises, so every miss lies at or below it.
+        return {
+            "threshold": self.threshold,
+            "miscoverage_estimate": self.n_le / self.n if self.n else 0.0,
+        }
 
     def to_state(self) -> dict[str, Any]:
         return {

@@ -1,0 +1,94 @@
+"""Per-learner running statistics kept in the learner's table entry.
+
+They are updated in the same write as the learner state, so they survive restarts and are
+never counted twice. ``gauges`` turns them into the live values the metrics side exports.
+Regret is exact where ground truth (the ``truth`` topic) arrived, otherwise an estimate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+Stats = dict[str, float]
+
+# The paper's phi for conformal regret: under-coverage costs lambda1 per unit of miscoverage
+# below target, over-shooting the miscoverage target (too-small sets) costs lambda2.
+CONFORMAL_LAMBDA_UNDER = 0.1
+CONFORMAL_LAMBDA_OVER = 10.0
+
+
+def conformal_round_regret(miscoverage: float, target_miscoverage: float) -> float:
+    """phi(tau*) - phi(tau) with phi of the paper (phi(tau*) = 0)."""
+    gap = miscoverage - target_miscoverage
+    return (CONFORMAL_LAMBDA_UNDER if gap <= 0 else CONFORMAL_LAMBDA_OVER) * abs(gap)
+
+
+def add(stats: Stats, name: str, value: float = 1.0) -> None:
+    stats[name] = stats.get(name, 0.0) + value
+
+
+def on_decided(
+    stats: Stats,
+    family: str,
+    output: Mapping[str, Any],
+    params: Mapping[str, Any],
+    summary: Mapping[str, Any],
+) -> None:
+    add(stats, "decisions")
+    if family == "conformal":
+        add(stats, "set_size", float(output["set_size"]))
+        target = 1.0 - float(params.get("alpha", 0.9))
+        estimate = summary.get("miscoverage_estimate")
+        if estimate is None:
+            feedback = stats.get("feedback", 0.0)
+            estimate = 1.0 - stats.get("covered", 0.0) / feedback if feedback else 0.0
+        add(stats, "regret_estimate", conformal_round_regret(float(estimate), target))
+
+
+def on_learned(stats: Stats, metrics: Mapping[str, float], settled: bool) -> None:
+    for name, value in metrics.items():
+        add(stats, name, float(value))
+    if settled:
+        add(stats, "feedback")
+
+
+def on_truth(
+    stats: Stats,
+    family: str,
+    output: Mapping[str, Any],
+    truth: Mapping[str, Any],
+    params: Mapping[str, Any],
+) -> None:
+    add(stats, "truth_rounds")
+    if family == "conformal":
+        if truth.get("label") is not None:
+            add(stats, "truth_covered", float(truth["label"] in output["labels"]))
+        if truth.get("miscoverage") is not None:
+            target = truth.get("target_miscoverage")
+            if target is None:
+                target = 1.0 - float(params.get("alpha", 0.9))
+            add(stats, "regret_exact", conformal_round_regret(truth["miscoverage"], target))
+
+
+def gauges(family: str, stats: Stats, summary: Mapping[str, Any]) -> dict[str, Any]:
+    """Live values for the metrics side."""
+    values: dict[str, Any] = dict(summary)
+    decisions = stats.get("decisions", 0.0)
+    feedback = stats.get("feedback", 0.0)
+    values["decisions"] = decisions
+    values["feedback"] = feedback
+    values["timeouts"] = stats.get("timed_out", 0.0)
+    if family == "conformal":
+        if feedback:
+            values["coverage"] = stats.get("covered", 0.0) / feedback
+        if decisions:
+            values["mean_set_size"] = stats.get("set_size", 0.0) / decisions
+        values["regret_estimate"] = stats.get("regret_estimate", 0.0)
+        if stats.get("truth_rounds"):
+            values["regret_exact"] = stats.get("regret_exact", 0.0)
+            values["coverage_exact"] = stats.get("truth_covered", 0.0) / stats["truth_rounds"]
+    for name in ("loss", "reward"):
+        if name in stats and feedback:
+            values[f"mean_{name}"] = stats[name] / feedback
+    return values

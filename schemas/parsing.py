@@ -1,0 +1,79 @@
+"""Turning raw bytes into validated records, with reasons a person can act on."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+T = TypeVar("T", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Configurable input limits (the worker's ``--max-event-bytes`` etc.)."""
+
+    max_event_bytes: int = 1_000_000
+    max_labels: int = 10_000
+    max_features: int = 100_000
+
+
+class Rejected(Exception):
+    """A record that cannot be used: ``reason`` is a stable code, ``detail`` explains."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def describe(error: ValidationError) -> str:
+    """A compact, human explanation of every problem pydantic found."""
+    parts = []
+    for item in error.errors()[:5]:
+        where = ".".join(str(p) for p in item["loc"]) or "record"
+        parts.append(f"{where}: {item['msg']}")
+    more = error.error_count() - len(parts)
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+
+
+def _count_numbers(value: object) -> int:
+    if isinstance(value, list):
+        return sum(_count_numbers(v) for v in value)
+    return 1
+
+
+def parse_event(raw: bytes, model: type[T], limits: Limits) -> T:
+    """Validate ``raw`` JSON as ``model``; raise :class:`Rejected` with the reason otherwise."""
+    if len(raw) > limits.max_event_bytes:
+        raise Rejected(
+            "oversize",
+            f"{len(raw)} bytes exceeds the limit of {limits.max_event_bytes} (--max-event-bytes)",
+        )
+    try:
+        document = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise Rejected("malformed_json", f"not valid UTF-8 JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise Rejected("malformed_json", f"expected a JSON object, got {type(document).__name__}")
+    try:
+        record = model.model_validate_json(raw)
+    except ValidationError as exc:
+        reason = (
+            "non_finite"
+            if any(e["type"] == "finite_number" for e in exc.errors())
+            else ("invalid_schema")
+        )
+        raise Rejected(reason, describe(exc)) from None
+    labels = getattr(record, "labels", None)
+    if labels is not None and len(labels) > limits.max_labels:
+        raise Rejected("oversize", f"{len(labels)} labels exceeds the limit of {limits.max_labels}")
+    for name in ("features", "graph"):
+        value = getattr(record, name, None)
+        if value is not None and _count_numbers(value) > limits.max_features:
+            raise Rejected(
+                "oversize", f"'{name}' has more than {limits.max_features} numbers (--max-features)"
+            )
+    return record

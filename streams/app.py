@@ -1,0 +1,153 @@
+"""The Faust worker: one agent over the co-partitioned input topics, two changelog tables.
+
+The agent is thin: it turns each Kafka record into a :class:`processors.Processor` call and
+publishes what comes back. A timer sends a tick into the ``ticks`` topic for every partition
+this worker owns, so that timeouts are handled by the agent (Faust tables may only change
+inside stream processing, and a tick arrives on the partition whose state it touches).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import faust
+from aiohttp.web import Response
+
+from processors import Processor, Source
+from processors.engine import Emitted
+from schemas import DeadLetter, Limits
+from streams.metrics import CONTENT_TYPE, PrometheusSink
+from streams.topics import Topics, partition_for
+
+log = logging.getLogger("banditflow.worker")
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """Everything ``banditflow worker`` can be told (see ``banditflow worker --help``)."""
+
+    bootstrap: str = "127.0.0.1:9092"
+    app_id: str = "banditflow"
+    prefix: str = "banditflow"
+    partitions: int = 4
+    web_host: str = "127.0.0.1"
+    web_port: int = 6066
+    tick_interval_s: float = 1.0
+    retention_s: float = 600.0
+    max_exported_learners: int = 100
+    limits: Limits = field(default_factory=Limits)
+    # Short group timeouts: the first join otherwise waits ~30 s on the embedded broker.
+    session_timeout_s: float = 10.0
+    heartbeat_interval_s: float = 1.0
+    rebalance_timeout_s: float = 10.0
+
+
+def create_app(settings: WorkerSettings) -> faust.App:
+    topics = Topics(settings.prefix)
+    app = faust.App(
+        settings.app_id,
+        broker=f"kafka://{settings.bootstrap}",
+        store="memory://",
+        topic_partitions=settings.partitions,
+        topic_replication_factor=1,
+        web_host=settings.web_host,
+        web_port=settings.web_port,
+        web_bind=settings.web_host,
+        broker_session_timeout=settings.session_timeout_s,
+        broker_heartbeat_interval=settings.heartbeat_interval_s,
+        broker_rebalance_timeout=settings.rebalance_timeout_s,
+        consumer_auto_offset_reset="earliest",
+        stream_wait_empty=False,
+        producer_acks=-1,
+        key_serializer="json",
+        value_serializer="json",
+    )
+    raw: dict[str, Any] = {
+        "key_type": bytes,
+        "value_type": bytes,
+        "key_serializer": "raw",
+        "value_serializer": "raw",
+    }
+    inputs = app.topic(*topics.inputs(), **raw)
+    ticks = app.topic(topics.ticks, partitions=settings.partitions, **raw)
+    decisions = app.topic(topics.decisions, **raw)
+    deadletter = app.topic(topics.deadletter, **raw)
+    # Table keys and values travel as JSON (the app's default serializers below).
+    learners = app.Table("learner-state", partitions=settings.partitions, key_type=str)
+    pending = app.Table("pending", partitions=settings.partitions, key_type=str)
+    sink = PrometheusSink(max_learners=settings.max_exported_learners)
+    processor = Processor(
+        learners,
+        pending,
+        limits=settings.limits,
+        sink=sink,
+        retention_s=settings.retention_s,
+        expected_partition=lambda key: partition_for(key, settings.partitions),
+    )
+    handlers = {
+        topics.learners: lambda key, value, src, now: processor.on_config(key, value, src, now),
+        topics.contexts: lambda key, value, src, now: processor.on_context(value, src, now),
+        topics.feedback: lambda key, value, src, now: processor.on_feedback(value, src, now),
+        topics.truth: lambda key, value, src, now: processor.on_truth(value, src, now),
+        topics.ticks: lambda key, value, src, now: processor.on_tick(src.partition, now),
+    }
+
+    @app.agent(inputs)
+    async def process(stream: faust.StreamT) -> None:
+        async for event in stream.events():
+            message = event.message
+            source = Source(message.topic, message.partition, message.offset, message.timestamp)
+            key = message.key.decode("utf-8", "replace") if message.key is not None else None
+            now = time.time()
+            try:
+                emitted = handlers[message.topic](key, message.value, source, now)
+            except Exception as exc:  # a bug must not stop the worker: dead-letter and go on
+                log.exception(
+                    "internal error on %s[%s]@%s", message.topic, message.partition, message.offset
+                )
+                emitted = Emitted(
+                    dead_letters=[
+                        DeadLetter(
+                            reason="internal_error",
+                            detail=f"{type(exc).__name__}: {exc}",
+                            source_topic=message.topic,
+                            partition=message.partition,
+                            offset=message.offset,
+                            raw=(message.value or b"").decode("utf-8", "replace"),
+                            ts=now,
+                        )
+                    ]
+                )
+                sink.dead_lettered("internal_error")
+            for decision in emitted.decisions:
+                await decisions.send(
+                    key=decision.learner_id.encode(), value=decision.model_dump_json().encode()
+                )
+            for dead in emitted.dead_letters:
+                await deadletter.send(
+                    key=(dead.learner_id or "").encode() or None,
+                    value=dead.model_dump_json().encode(),
+                )
+
+    @app.timer(settings.tick_interval_s)
+    async def tick() -> None:
+        owned = {tp.partition for tp in app.consumer.assignment() if tp.topic == topics.ticks}
+        for partition in sorted(owned):
+            await ticks.send(value=b"{}", partition=partition)
+
+    @app.on_partitions_revoked.connect
+    async def on_revoked(app: faust.App, revoked: Any, **kwargs: Any) -> None:
+        processor.forget_cache()
+
+    @app.page("/metrics")
+    async def metrics(web: Any, request: Any) -> Response:
+        return Response(body=sink.exposition(), headers={"Content-Type": CONTENT_TYPE})
+
+    @app.page("/healthz")
+    async def healthz(web: Any, request: Any) -> Response:
+        return Response(text="ok")
+
+    return app

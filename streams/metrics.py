@@ -1,0 +1,148 @@
+"""Prometheus exposition of what the processors report (prefix ``banditflow_``)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE  # noqa: F401  (re-export)
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LEARNER_LABELS = ("learner_id", "family", "algorithm")
+
+# Gauges exported per learner, with their help text. Anything else a learner reports in its
+# summary is exported as banditflow_learner_value{name=...}.
+LEARNER_GAUGES: dict[str, str] = {
+    "coverage": "Fraction of settled decisions whose set covered the true label (conformal)",
+    "coverage_exact": "Coverage computed from ground truth (conformal, truth topic)",
+    "mean_set_size": "Mean prediction-set size (conformal)",
+    "threshold": "Current score threshold tau; -Inf means the full label set (conformal)",
+    "decisions": "Decisions made by the current learner version",
+    "feedback": "Decisions whose feedback is complete (or timed out)",
+    "timeouts": "Decisions settled by the feedback timeout",
+    "mean_loss": "Progressive-validation loss (graph_cb)",
+    "mean_reward": "Mean realised reward",
+    "dual_price": "Dual price of the budget constraint (deferral)",
+    "budget_spent": "Budget spent in the current period (deferral)",
+    "budget_remaining": "Budget remaining in the current period (deferral)",
+    "deferral_rate": "Fraction of decisions deferred to the human (deferral)",
+}
+
+
+class PrometheusSink:
+    """A :class:`processors.sink.Sink` backed by a prometheus_client registry."""
+
+    def __init__(self, max_learners: int = 100, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.max_learners = max_learners
+        self._exported: set[str] = set()
+        r = self.registry
+        self.records = Counter(
+            "banditflow_records",
+            "Records handled, by topic and outcome",
+            ("topic", "outcome"),
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "banditflow_dead_letters", "Records dead-lettered, by reason", ("reason",), registry=r
+        )
+        self.decision_latency = Histogram(
+            "banditflow_decision_latency_seconds",
+            "Time from a context's timestamp to its decision",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=r,
+        )
+        self.feedback_delay = Histogram(
+            "banditflow_feedback_delay_seconds",
+            "Time from a decision to its applied feedback",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800),
+            registry=r,
+        )
+        self.pending_decisions = Gauge(
+            "banditflow_pending_decisions",
+            "Open decisions awaiting feedback, by partition",
+            ("partition",),
+            registry=r,
+        )
+        self.learners_not_exported = Gauge(
+            "banditflow_learners_not_exported",
+            "Learners beyond --max-exported-learners, left out of per-learner series",
+            registry=r,
+        )
+        self.regret = Gauge(
+            "banditflow_regret",
+            "Cumulative regret; kind=exact from ground truth, else estimate",
+            (*LEARNER_LABELS, "kind"),
+            registry=r,
+        )
+        self.arm_pulls = Gauge(
+            "banditflow_arm_pulls",
+            "Pulls per arm (prob_graph)",
+            (*LEARNER_LABELS, "arm"),
+            registry=r,
+        )
+        self.gauges = {
+            name: Gauge(f"banditflow_learner_{name}", text, LEARNER_LABELS, registry=r)
+            for name, text in LEARNER_GAUGES.items()
+        }
+        self.other = Gauge(
+            "banditflow_learner_value",
+            "Other learner gauges, by name",
+            (*LEARNER_LABELS, "name"),
+            registry=r,
+        )
+        self._not_exported: set[str] = set()
+
+    def processed(self, topic: str, outcome: str) -> None:
+        self.records.labels(topic, outcome).inc()
+
+    def dead_lettered(self, reason: str) -> None:
+        self.dead_letters.labels(reason).inc()
+
+    def decided(self, learner_id: str, latency_s: float) -> None:
+        self.decision_latency.observe(latency_s)
+
+    def feedback_applied(self, learner_id: str, delay_s: float) -> None:
+        self.feedback_delay.observe(delay_s)
+
+    def pending(self, partition: int, open_decisions: int) -> None:
+        self.pending_decisions.labels(str(partition)).set(open_decisions)
+
+    def learner_state(
+        self,
+        learner_id: str,
+        family: str,
+        algorithm: str,
+        gauges: Mapping[str, float | list[float]],
+    ) -> None:
+        if learner_id not in self._exported:
+            if len(self._exported) >= self.max_learners:
+                self._not_exported.add(learner_id)
+                self.learners_not_exported.set(len(self._not_exported))
+                return
+            self._exported.add(learner_id)
+        labels = (learner_id, family, algorithm)
+        for name, value in gauges.items():
+            if name == "regret_estimate":
+                self.regret.labels(*labels, "estimate").set(float(value))  # type: ignore[arg-type]
+            elif name == "regret_exact":
+                self.regret.labels(*labels, "exact").set(float(value))  # type: ignore[arg-type]
+            elif name == "arm_pulls" and isinstance(value, list):
+                for arm, pulls in enumerate(value):
+                    self.arm_pulls.labels(*labels, str(arm)).set(pulls)
+            elif isinstance(value, list):
+                continue
+            elif name in self.gauges:
+                self.gauges[name].labels(*labels).set(value)
+            elif math.isfinite(float(value)) or name.endswith("threshold"):
+                self.other.labels(*labels, name).set(value)
+
+    def forget(self, learner_id: str) -> None:
+        self._exported.discard(learner_id)
+        for metric in (self.regret, self.arm_pulls, self.other, *self.gauges.values()):
+            for labels in list(metric._metrics):
+                if labels[0] == learner_id:
+                    metric.remove(*labels)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
