@@ -1,0 +1,153 @@
+"""ETC and Con-ETC: explore with the full label set, then commit to one threshold (paper, App. A).
+
+Update rule: output the full set (``tau = -inf``) until ``m = explore_rounds`` feedbacks have
+been incorporated, then commit for good to
+
+    tau = sup{tau : G_m(tau) + eps <= 1 - alpha}
+        = (floor(m (1 - alpha - eps)))-th smallest (0-indexed) of the m exploration values,
+
+where ``G_m`` is the empirical CDF of those values and a miss is substituted by the threshold
+it was decided with (same rule as SPS), which during exploration is ``-inf``: a miss under
+the full set (the true label was not among the candidates, or a timeout) counts as a value
+below every score. ETC uses ``eps = 0`` (the plug-in quantile, which overshoots ``tau*``
+with probability about 1/2 and then undercovers every round). Con-ETC uses the DKW width
+``eps = sqrt(ln(2/delta) / (2 m))`` with ``delta = 2 / T^2``, so ``tau <= tau*`` with
+probability at least ``1 - 2/T``; if ``eps > 1 - alpha`` it commits to the full set.
+
+Rounds are counted in incorporated feedbacks (as SPS counts ``n``): with delayed feedback
+more than ``m`` decisions get the full set, and feedback arriving after the commit is
+ignored.
+
+Default ``m``: the SPS burn-in for the horizon, ``ceil(ln(T^2) / (2 (1 - alpha)^2))`` (922
+for T = 10^4, alpha = 0.9), so ETC explores exactly as long as SPS outputs full sets. At this
+``m`` Con-ETC's ``eps`` is just below ``1 - alpha`` and it commits to about the smallest
+exploration score (nearly the full set); the paper grid-searches ``m``, so set
+``explore_rounds`` explicitly for Con-ETC.
+
+Memory: only the ``floor(m (1 - alpha - eps)) + 1`` smallest exploration scores are kept
+(``lowest``), and none after the commit.
+
+Parameters: ``alpha`` target coverage (default 0.9); ``horizon`` T (required);
+``explore_rounds`` m (default above; 1 <= m <= T).
+
+>>> import numpy as np
+>>> from learners.conformal.etc import ETC
+>>> rng = np.random.default_rng(0)
+>>> etc = ETC.from_params({"alpha": 0.9, "horizon": 2000, "explore_rounds": 500})
+>>> for t in range(2000):  # the true label "a" scores U(0, 1), so tau* = 0.1
+...     decided = etc.decide({"labels": ["a", "b"], "scores": [rng.uniform(), -1.0]}, rng)
+...     covered = "a" in decided.output["labels"]
+...     _ = etc.learn(decided.pending, {"label": "a"} if covered else {"missed": True})
+...     if t == 498:
+...         print(etc.threshold)
+-inf
+>>> round(etc.threshold, 2)  # the 50th smallest of the first 500 scores: above tau* here
+0.11
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Mapping
+from typing import Any, ClassVar, Self
+
+from learners.base import LearnerError, check_unknown, require
+from learners.conformal.base import ConformalLearner
+from learners.conformal.sps import fixed_log_term
+
+
+def sps_burn_in(alpha: float, horizon: int) -> int:
+    """Feedbacks SPS needs before eps_n <= 1 - alpha (it outputs full sets until then)."""
+    return math.ceil(fixed_log_term(horizon) / (2.0 * (1.0 - alpha) ** 2))
+
+
+class ETC(ConformalLearner):
+    """Explore-then-commit to the empirical quantile; see the module docstring."""
+
+    algorithm: ClassVar[str] = "etc"
+    PARAMS: ClassVar[set[str]] = {"alpha", "horizon", "explore_rounds"}
+
+    def __init__(self, alpha: float, horizon: int, explore_rounds: int) -> None:
+        self.alpha = alpha
+        self.horizon = horizon
+        self.explore_rounds = explore_rounds
+        self.rank = math.floor(explore_rounds * (1.0 - alpha - self.width()))  # < 0: full set
+        self.n = 0  # exploration feedbacks incorporated
+        self.n_miss = 0
+        self.lowest: list[float] = []  # the rank + 1 smallest exploration scores, sorted
+        self.committed = False
+        self.tau: float | None = None  # None is -inf: the full label set
+
+    def width(self) -> float:
+        """The confidence width eps added to the empirical CDF at the commit (0 for ETC)."""
+        return 0.0
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> Self:
+        check_unknown(params, cls.PARAMS)
+        alpha = require(params, "alpha", float, 0.9)
+        if not 0.0 < alpha < 1.0:
+            raise LearnerError(
+                f"parameter 'alpha' (target coverage) must be in (0, 1), got {alpha}"
+            )
+        if params.get("horizon") is None:
+            raise LearnerError(f"{cls.algorithm} needs parameter 'horizon' (T)")
+        horizon = require(params, "horizon", int)
+        if horizon < 2:
+            raise LearnerError(f"parameter 'horizon' must be >= 2, got {horizon}")
+        explore_rounds = require(params, "explore_rounds", int, sps_burn_in(alpha, horizon))
+        if not 1 <= explore_rounds <= horizon:
+            source = "" if params.get("explore_rounds") is not None else " (default: SPS burn-in)"
+            raise LearnerError(
+                f"parameter 'explore_rounds'{source} must be in [1, horizon={horizon}], "
+                f"got {explore_rounds}"
+            )
+        return cls(alpha, horizon, explore_rounds)
+
+    @property
+    def threshold(self) -> float:
+        return -math.inf if self.tau is None else self.tau
+
+    def observe(self, score: float | None) -> None:
+        """Record one exploration value; commit after the m-th. Ignored once committed."""
+        if self.committed:
+            return
+        self.n += 1
+        if score is None:
+            self.n_miss += 1  # substituted by the full set's threshold, -inf
+        else:
+            bisect.insort(self.lowest, score)
+            if len(self.lowest) > self.rank + 1:
+                self.lowest.pop()
+        if self.n == self.explore_rounds:
+            index = self.rank - self.n_miss  # < 0: the selected value is a substituted -inf
+            self.tau = self.lowest[index] if index >= 0 else None
+            self.lowest = []
+            self.committed = True
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "tau": self.tau,
+            "committed": self.committed,
+            "n": self.n,
+            "n_miss": self.n_miss,
+            "lowest": list(self.lowest),
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self.tau = state["tau"]
+        self.committed = bool(state["committed"])
+        self.n = int(state["n"])
+        self.n_miss = int(state["n_miss"])
+        self.lowest = [float(v) for v in state["lowest"]]
+
+
+class ConETC(ETC):
+    """Explore-then-commit to the DKW-corrected (conservative) quantile."""
+
+    algorithm: ClassVar[str] = "con_etc"
+
+    def width(self) -> float:
+        """eps_m = sqrt(ln(2/delta) / (2m)) with the paper's delta = 2 / T^2."""
+        return math.sqrt(fixed_log_term(self.horizon) / (2.0 * self.explore_rounds))
