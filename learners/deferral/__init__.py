@@ -1,0 +1,25 @@
+"""The ``deferral`` family: defer a decision to a human under a hard budget, or keep the model's.
+
+Algorithms: ``ucb`` (the paper's Algorithm 1, linCBwK with GLM links, budget-safe) and the
+paper's baselines ``model_only``, ``arbitrary_human`` and ``best_reject``. Offline tools:
+:mod:`learners.deferral.opt` (OPT, BestReject's threshold in hindsight) and
+:mod:`learners.deferral.scenarios` (the paper's synthetic settings).
+
+>>> import numpy as np
+>>> from learners.registry import make_learner
+>>> learner = make_learner("deferral", "ucb", {"dim": 2, "budget": 10.0, "horizon": 100})
+>>> decided = learner.decide({"features": [0.6, 0.8]}, np.random.default_rng(0))
+>>> sorted(decided.output)
+['defer', 'dual_price', 'lcb_cost', 'reserved', 'ucb_human', 'ucb_model', 'warmup']
+"""
+
+from learners.base import Learner
+from learners.deferral.baselines import ArbitraryHuman, BestReject, ModelOnly
+from learners.deferral.ucb import UCB
+
+ALGORITHMS: dict[str, type[Learner]] = {
+    "ucb": UCB,
+    "model_only": ModelOnly,
+    "arbitrary_human": ArbitraryHuman,
+    "best_reject": BestReject,
+}

@@ -1,0 +1,298 @@
+"""Shared event handling of the deferral family: budget periods, reservations, feedback parts.
+
+Every deferral learner chooses per context between the model (cost 0) and the human (an
+unknown cost in ``[0, c_max]``) under a hard budget ``B`` per period of ``horizon`` rounds.
+The algorithms differ only in :meth:`DeferralLearner.choose` and in what they learn; the
+budget-safety machinery lives here once:
+
+- **Reservation.** The human's cost is unknown at decision time, so a deferral reserves
+  ``c_max`` in the learner state (persisted with it, before the decision is published) and
+  is allowed only if ``spent + reserved + c_max <= budget``. The human part of the feedback
+  settles it (the reservation is replaced by the actual cost, which must lie in
+  ``[0, c_max]``); a timeout (:meth:`expire`) charges the full reservation. So the spend of a
+  period never exceeds ``B``, whatever the delays, order or loss of feedback.
+- **Periods.** Round ``t`` (counted by ``decide``) belongs to period ``t // horizon``. A new
+  period starts with ``spent = reserved = 0``. A decision settled after its period ended
+  only teaches the estimates: its period's spend was already bounded by its reservation.
+- **Feedback parts.** ``full`` feedback: the model's reward always arrives
+  (``{"part": "model", "model_reward": r}``) and, for a deferral, the human's too
+  (``{"part": "human", "human_reward": r, "human_cost": c}``), in either order. ``bandit``
+  feedback: only the chosen arm's part. ``learn`` returns ``done=False`` while a part is still
+  expected; the parts already applied to a decision are kept in the learner state
+  (``partial``, bounded by the in-flight decisions) so a part is never applied twice and the
+  timeout knows what is missing.
+
+>>> import numpy as np
+>>> from learners.deferral import ALGORITHMS
+>>> learner = ALGORITHMS["arbitrary_human"].from_params(
+...     {"dim": 2, "budget": 1.5, "horizon": 10, "feedback": "full"})
+>>> rng = np.random.default_rng(0)
+>>> first = learner.decide({"features": [0.6, 0.8]}, rng)
+>>> first.output["defer"], learner.summary()["reserved"]
+(True, 1.0)
+>>> learner.decide({"features": [0.6, 0.8]}, rng).output["defer"]  # 1.0 + 1.0 > 1.5
+False
+>>> learner.learn(first.pending, {"part": "human", "human_reward": 1.0, "human_cost": 0.25})
+Learned(done=False, metrics={'reward': 1.0, 'cost': 0.25, 'deferred': 1.0})
+>>> learner.learn(first.pending, {"part": "model", "model_reward": 0.0}).done
+True
+>>> learner.summary()["spent"], learner.summary()["budget_remaining"]
+(0.25, 1.25)
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Self
+
+import numpy as np
+
+from learners.base import JSON, Decided, Learned, Learner, LearnerError, check_unknown, require
+
+FEEDBACK_MODES = ("full", "bandit")
+NORM_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What an algorithm decides: defer or not, extra output fields, extra pending fields."""
+
+    defer: bool
+    output: JSON = field(default_factory=dict)
+    pending: JSON = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Parameters common to every deferral learner."""
+
+    dim: int
+    budget: float
+    horizon: int
+    feedback: str
+    c_max: float
+
+    PARAMS: ClassVar[set[str]] = {"dim", "budget", "horizon", "feedback", "c_max"}
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> Settings:
+        dim = require(params, "dim", int)
+        if dim < 1:
+            raise LearnerError(f"parameter 'dim' must be >= 1, got {dim}")
+        budget = require(params, "budget", float)
+        if budget <= 0.0:
+            raise LearnerError(f"parameter 'budget' (B per period) must be > 0, got {budget}")
+        horizon = require(params, "horizon", int)
+        if horizon < 3:
+            raise LearnerError(
+                f"parameter 'horizon' (rounds per period) must be >= 3, got {horizon}"
+            )
+        feedback = str(params.get("feedback", "full"))
+        if feedback not in FEEDBACK_MODES:
+            raise LearnerError(f"parameter 'feedback' must be 'full' or 'bandit', got {feedback!r}")
+        c_max = require(params, "c_max", float, 1.0)
+        if not 0.0 < c_max <= budget:
+            raise LearnerError(
+                f"parameter 'c_max' (largest human cost) must be in (0, budget={budget}], "
+                f"got {c_max}"
+            )
+        return cls(dim, budget, horizon, feedback, c_max)
+
+
+def validate_features(context: Mapping[str, Any], dim: int) -> np.ndarray:
+    """The context's feature vector, checked: ``dim`` finite floats with ``||x|| <= 1``."""
+    features = context.get("features")
+    if not isinstance(features, list | tuple):
+        raise LearnerError("a deferral context needs 'features', a list of floats")
+    if len(features) != dim:
+        raise LearnerError(f"'features' must have length dim={dim}, got {len(features)}")
+    try:
+        x = np.array(features, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise LearnerError(f"'features' must be numbers: {exc}") from exc
+    if not np.all(np.isfinite(x)):
+        raise LearnerError("'features' must be finite")
+    norm = float(np.linalg.norm(x))
+    if norm > 1.0 + NORM_TOLERANCE:
+        raise LearnerError(f"'features' must have Euclidean norm <= 1, got {norm:.6g}")
+    return x
+
+
+def unit_value(feedback: Mapping[str, Any], name: str, upper: float = 1.0) -> float:
+    """A finite feedback value in ``[0, upper]``."""
+    value = feedback.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise LearnerError(f"feedback needs {name!r}, a finite number, got {value!r}")
+    if not 0.0 <= value <= upper:
+        raise LearnerError(f"feedback {name!r} must be in [0, {upper}], got {value}")
+    return float(value)
+
+
+class DeferralLearner(Learner):
+    """Base of the deferral family: subclasses implement ``choose`` (and may learn)."""
+
+    family: ClassVar[str] = "deferral"
+    PARAMS: ClassVar[set[str]] = set()  # the algorithm's own parameters
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.rounds = 0  # decisions made over the learner's life
+        self.period = 0
+        self.spent = 0.0  # settled human cost in the current period
+        self.reserved = 0.0  # outstanding reservations of the current period
+        self.period_deferrals = 0
+        self.partial: dict[str, list[str]] = {}  # decision -> parts applied, while incomplete
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> Self:
+        check_unknown(params, Settings.PARAMS | cls.PARAMS)
+        return cls.build(Settings.from_params(params), params)
+
+    @classmethod
+    @abstractmethod
+    def build(cls, settings: Settings, params: Mapping[str, Any]) -> Self:
+        """A fresh learner from validated common settings and the algorithm's parameters."""
+
+    @abstractmethod
+    def choose(self, x: np.ndarray, context: Mapping[str, Any], can_defer: bool,
+               rng: np.random.Generator) -> Choice:
+        """Defer or not; ``can_defer`` is False when the budget cannot cover ``c_max``."""
+
+    def check_context(self, context: Mapping[str, Any]) -> None:
+        """Raise :class:`LearnerError` for algorithm-specific context fields that are unusable
+        (called before any state changes; the features are checked already)."""
+
+    def observe_model(self, x: np.ndarray, reward: float) -> None:
+        """Learn from the model's reward on ``x`` (default: nothing to learn)."""
+
+    def observe_human(self, x: np.ndarray, reward: float, cost: float) -> None:
+        """Learn from the human's reward and cost on ``x`` (default: nothing to learn)."""
+
+    def account(self, pending: Mapping[str, Any], cost: float) -> None:
+        """Called once per decision when its cost is known (0 at once for the model)."""
+
+    def start_period(self) -> None:
+        """Hook for state that a new budget period resets (default: none beyond the budget)."""
+
+    @property
+    def budget_remaining(self) -> float:
+        """What new deferrals may still use in this period: ``B - spent - reserved``."""
+        return self.settings.budget - self.spent - self.reserved
+
+    def decide(self, context: Mapping[str, Any], rng: np.random.Generator) -> Decided:
+        x = validate_features(context, self.settings.dim)
+        self.check_context(context)
+        period = self.rounds // self.settings.horizon
+        if period != self.period:
+            self.period = period
+            self.spent = self.reserved = 0.0
+            self.period_deferrals = 0
+            self.start_period()
+        can_defer = self.spent + self.reserved + self.settings.c_max <= self.settings.budget
+        choice = self.choose(x, context, can_defer, rng)
+        if choice.defer and not can_defer:
+            raise AssertionError("an algorithm deferred without budget")  # a bug, never input
+        reserved = self.settings.c_max if choice.defer else 0.0
+        pending = {
+            "decision": self.rounds,
+            "period": self.period,
+            "features": x.tolist(),
+            "defer": choice.defer,
+            "reserved": reserved,
+            "parts": self.feedback_parts(choice.defer),
+            **choice.pending,
+        }
+        self.rounds += 1
+        if choice.defer:
+            self.reserved += reserved
+            self.period_deferrals += 1
+        else:
+            self.account(pending, 0.0)
+        output = {"defer": choice.defer, "reserved": reserved, **choice.output}
+        return Decided(output=output, pending=pending)
+
+    def feedback_parts(self, defer: bool) -> list[str]:
+        """The feedback parts a decision gets: the chosen arm's, plus the model's in full mode.
+
+        They are recorded in the pending record, so a reconfiguration of ``feedback`` does not
+        change what decisions in flight expect."""
+        if not defer:
+            return ["model"]
+        return ["model", "human"] if self.settings.feedback == "full" else ["human"]
+
+    def learn(self, pending: Mapping[str, Any], feedback: Mapping[str, Any]) -> Learned:
+        part = feedback.get("part")
+        expected = pending["parts"]
+        if part not in expected:
+            raise LearnerError(
+                f"feedback part {part!r} is not expected for this decision "
+                f"(deferred={pending['defer']}); expected one of {expected}"
+            )
+        key = str(pending["decision"])
+        applied = self.partial.get(key, [])
+        if part in applied:
+            return Learned(done=False, metrics={"duplicate": 1.0})
+        x = np.array(pending["features"], dtype=float)
+        if part == "model":
+            reward = unit_value(feedback, "model_reward")
+            self.observe_model(x, reward)
+            metrics = {} if pending["defer"] else {"reward": reward, "cost": 0.0, "deferred": 0.0}
+        else:
+            reward = unit_value(feedback, "human_reward")
+            cost = unit_value(feedback, "human_cost", upper=float(pending["reserved"]))
+            self.settle(pending, cost)
+            self.observe_human(x, reward, cost)
+            metrics = {"reward": reward, "cost": cost, "deferred": 1.0}
+        missing = [name for name in expected if name != part and name not in applied]
+        if missing:
+            self.partial[key] = [*applied, part]
+        else:
+            self.partial.pop(key, None)
+        return Learned(done=not missing, metrics=metrics)
+
+    def expire(self, pending: Mapping[str, Any]) -> Learned:
+        applied = self.partial.pop(str(pending["decision"]), [])
+        if not pending["defer"] or "human" in applied:
+            return Learned(done=True, metrics={"timed_out": 1.0})
+        charged = float(pending["reserved"])
+        self.settle(pending, charged)
+        return Learned(done=True, metrics={"timed_out": 1.0, "cost": charged, "deferred": 1.0})
+
+    def settle(self, pending: Mapping[str, Any], cost: float) -> None:
+        """Replace a deferral's reservation by its cost (only within its own period)."""
+        if pending["period"] == self.period:
+            self.reserved = max(self.reserved - float(pending["reserved"]), 0.0)
+            self.spent += cost
+        self.account(pending, cost)
+
+    def to_state(self) -> JSON:
+        return {
+            "rounds": self.rounds,
+            "period": self.period,
+            "spent": self.spent,
+            "reserved": self.reserved,
+            "period_deferrals": self.period_deferrals,
+            "partial": {key: list(parts) for key, parts in self.partial.items()},
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self.rounds = int(state["rounds"])
+        self.period = int(state["period"])
+        self.spent = float(state["spent"])
+        self.reserved = float(state["reserved"])
+        self.period_deferrals = int(state["period_deferrals"])
+        self.partial = {str(key): list(parts) for key, parts in state["partial"].items()}
+
+    def summary(self) -> dict[str, float | list[float]]:
+        period_rounds = self.rounds - self.period * self.settings.horizon
+        rate = self.period_deferrals / period_rounds if period_rounds else 0.0
+        return {
+            "spent": self.spent,
+            "reserved": self.reserved,
+            "budget_remaining": self.budget_remaining,
+            "deferral_rate": rate,
+            "period": float(self.period),
+        }
