@@ -93,6 +93,7 @@ class SimulationSettings:
 class SimulationReport:
     sent: int = 0
     decided: int = 0
+    rejected: int = 0
     feedback_sent: int = 0
     covered: int = 0
     set_size_sum: int = 0
@@ -113,6 +114,8 @@ class SimulationReport:
         coverage = self.covered / self.decided if self.decided else float("nan")
         size = self.set_size_sum / self.decided if self.decided else float("nan")
         status = " (TIMED OUT)" if self.timed_out else ""
+        if self.rejected:
+            status += f", {self.rejected} contexts dead-lettered"
         return (
             f"sent {self.sent} contexts, {self.decided} decisions, {self.feedback_sent} "
             f"feedback in {self.elapsed:.1f}s ({self.decisions_per_s:.0f} decisions/s)"
@@ -146,10 +149,12 @@ async def simulate(
     run = f"{int(time.time() * 1000):x}"  # event ids unique across runs
     try:
         await consumer.topics()  # refreshes the metadata
-        partitions = consumer.partitions_for_topic(topics.decisions)
-        if not partitions:
-            raise RuntimeError(f"topic {topics.decisions!r} does not exist: start a worker first")
-        assigned = [TopicPartition(topics.decisions, p) for p in sorted(partitions)]
+        assigned = []
+        for topic in (topics.decisions, topics.deadletter):
+            partitions = consumer.partitions_for_topic(topic)
+            if not partitions:
+                raise RuntimeError(f"topic {topic!r} does not exist: start a worker first")
+            assigned += [TopicPartition(topic, p) for p in sorted(partitions)]
         consumer.assign(assigned)
         await consumer.seek_to_end(*assigned)
         for tp in assigned:
@@ -198,13 +203,19 @@ async def simulate(
                 report.sent += 1
 
         async def consume() -> None:
-            while report.decided < settings.events:
+            while report.decided + report.rejected < settings.events:
                 batch = await consumer.getmany(timeout_ms=200)
                 for records in batch.values():
                     for record in records:
                         decision = json.loads(record.value)
+                        if decision.get("learner_id") != settings.learner_id:
+                            continue
                         round_ = rounds.pop(decision.get("event_id"), None)
-                        if decision.get("learner_id") != settings.learner_id or round_ is None:
+                        if round_ is None:
+                            continue
+                        if record.topic == topics.deadletter:
+                            report.rejected += 1
+                            in_flight.release()
                             continue
                         output = decision["output"]
                         report.decided += 1

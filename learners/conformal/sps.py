@@ -113,10 +113,13 @@ class SPS(ConformalLearner):
     def observe(self, score: float | None) -> None:
         """Incorporate one feedback: the true score if covered, None for a miss."""
         self.n += 1
-        if score is not None and (self.tau is None or score > self.tau):
-            self._insert(score)
-        else:
+        if score is None or (self.tau is not None and score <= self.tau):
             self.n_le += 1
+        elif self.drop_floor is not None and score >= self.drop_floor:
+            self.dropped += 1  # ranks above the memory bound: never selectable before T
+        else:
+            bisect.insort(self.above, score)
+        self._trim()
         eps = self.epsilon(self.n)
         if eps > 1.0 - self.alpha:
             return  # burn-in: the DKW band is too wide to exclude any label yet
@@ -132,12 +135,12 @@ class SPS(ConformalLearner):
         self.n_le += below
         self.tau = candidate
 
-    def _insert(self, score: float) -> None:
-        if self.drop_floor is not None and score >= self.drop_floor:
-            self.dropped += 1  # ranks above the memory bound: never selectable before T
+    def _trim(self) -> None:
+        """Drop the values whose rank exceeds the memory bound: ranks only grow, and no rank
+        above (1 - alpha) T is ever selected within the horizon."""
+        if self.memory_bound is None:
             return
-        bisect.insort(self.above, score)
-        if self.memory_bound is not None and self.n_le + len(self.above) > self.memory_bound:
+        while self.above and self.n_le + len(self.above) > self.memory_bound:
             largest = self.above.pop()
             self.dropped += 1
             self.drop_floor = largest if self.drop_floor is None else min(self.drop_floor, largest)

@@ -1,0 +1,280 @@
+"""The processors on dict stores: idempotency, early/late feedback, timeouts, crash repair."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+
+from processors import Processor, Source
+from processors.engine import Emitted
+from schemas import Limits
+
+LID = "shop"
+
+
+def encode(record: dict[str, Any]) -> bytes:
+    return json.dumps(record).encode()
+
+
+def config(**overrides: Any) -> bytes:
+    record = {"learner_id": LID, "family": "conformal", "algorithm": "sps",
+              "params": {"alpha": 0.8, "horizon": 200}, "feedback_timeout_s": 10.0,
+              "early_feedback_grace_s": 5.0}
+    record.update(overrides)
+    return encode(record)
+
+
+def context(event_id: str, scores: list[float] | None = None) -> bytes:
+    scores = scores if scores is not None else [0.9, 0.5, 0.1]
+    return encode({"learner_id": LID, "event_id": event_id,
+                   "labels": [f"y{i}" for i in range(len(scores))], "scores": scores})
+
+
+def feedback(event_id: str, label: str | None = "y0") -> bytes:
+    body: dict[str, Any] = {"learner_id": LID, "event_id": event_id}
+    body.update({"label": label} if label is not None else {"missed": True})
+    return encode(body)
+
+
+CONFIGS, CONTEXTS, FEEDBACK = Source("learners"), Source("contexts"), Source("feedback")
+
+
+@pytest.fixture
+def processor() -> Processor:
+    p = Processor({}, {}, retention_s=100.0, unknown_learner_grace_s=3.0)
+    p.on_config(LID, config(), CONFIGS, 0.0)
+    return p
+
+
+def sps_n(p: Processor) -> int:
+    return p.learners[LID]["state"]["n"]
+
+
+def reasons(emitted: Emitted) -> list[str]:
+    return [d.reason for d in emitted.dead_letters]
+
+
+def test_redelivered_context_re_emits_the_stored_decision(processor: Processor) -> None:
+    first = processor.on_context(context("e1"), CONTEXTS, 1.0).decisions[0]
+    again = processor.on_context(context("e1"), CONTEXTS, 2.0).decisions[0]
+    assert again.redelivered and not first.redelivered
+    assert again.output == first.output and again.decided_at == first.decided_at
+    assert processor.learners[LID]["stats"]["decisions"] == 1
+
+
+def test_redelivered_feedback_is_applied_once(processor: Processor) -> None:
+    processor.on_context(context("e1"), CONTEXTS, 1.0)
+    for _ in range(3):
+        assert processor.on_feedback(feedback("e1"), FEEDBACK, 2.0).dead_letters == []
+    assert sps_n(processor) == 1
+    assert processor.learners[LID]["stats"]["feedback"] == 1
+
+
+def test_early_feedback_is_held_then_applied(processor: Processor) -> None:
+    assert processor.on_feedback(feedback("e1"), FEEDBACK, 1.0).dead_letters == []
+    assert sps_n(processor) == 0
+    processor.on_context(context("e1"), CONTEXTS, 2.0)
+    assert sps_n(processor) == 1
+    assert processor.pending[f"{LID}/e1"]["status"] == "settled"
+
+
+def test_early_feedback_without_decision_is_dead_lettered_after_grace(processor: Processor) -> None:
+    processor.on_feedback(feedback("ghost"), FEEDBACK, 1.0)
+    assert processor.on_tick(0, 5.9).dead_letters == []  # grace is 5 s
+    emitted = processor.on_tick(0, 6.1)
+    assert reasons(emitted) == ["feedback_without_decision"]
+    assert emitted.dead_letters[0].event_id == "ghost"
+    assert f"{LID}/ghost" not in processor.pending
+
+
+def test_timeout_counts_as_a_miss_and_late_feedback_is_dead_lettered(processor: Processor) -> None:
+    processor.on_context(context("e1"), CONTEXTS, 1.0)
+    processor.on_tick(0, 10.5)
+    assert sps_n(processor) == 0  # deadline is 11
+    processor.on_tick(0, 11.0)
+    state = processor.learners[LID]["state"]
+    assert (state["n"], state["n_le"]) == (1, 1)  # a miss
+    assert processor.learners[LID]["stats"]["timed_out"] == 1
+    late = processor.on_feedback(feedback("e1"), FEEDBACK, 12.0)
+    assert reasons(late) == ["decision_expired"]
+    assert sps_n(processor) == 1
+
+
+def test_settled_records_are_purged_after_retention(processor: Processor) -> None:
+    processor.on_context(context("e1"), CONTEXTS, 1.0)
+    processor.on_feedback(feedback("e1"), FEEDBACK, 2.0)
+    processor.on_tick(0, 101.0)
+    assert f"{LID}/e1" in processor.pending
+    processor.on_tick(0, 102.5)
+    assert f"{LID}/e1" not in processor.pending
+
+
+def test_ticks_only_touch_their_own_partition(processor: Processor) -> None:
+    processor.on_context(context("e1"), Source("contexts", partition=3), 1.0)
+    processor.on_tick(0, 50.0)
+    assert processor.pending[f"{LID}/e1"]["status"] == "open"
+    processor.on_tick(3, 50.0)
+    assert processor.pending[f"{LID}/e1"]["status"] == "settled"
+
+
+def test_contexts_of_a_learner_created_later_are_held_and_released() -> None:
+    p = Processor({}, {}, unknown_learner_grace_s=3.0)
+    assert p.on_context(context("e1"), CONTEXTS, 0.0).decisions == []
+    p.on_feedback(feedback("e1"), FEEDBACK, 0.1)
+    released = p.on_config(LID, config(), CONFIGS, 0.5)
+    assert [d.event_id for d in released.decisions] == ["e1"]
+    assert sps_n(p) == 1  # the feedback held with it was applied too
+
+
+def test_contexts_of_a_learner_that_never_comes_are_dead_lettered() -> None:
+    p = Processor({}, {}, unknown_learner_grace_s=3.0)
+    p.on_context(context("e1"), CONTEXTS, 0.0)
+    p.on_feedback(feedback("e1"), FEEDBACK, 0.1)
+    emitted = p.on_tick(0, 3.5)
+    assert reasons(emitted) == ["unknown_learner", "unknown_learner"]
+    assert "produce a LearnerConfig" in emitted.dead_letters[0].detail
+    assert p.pending == {}
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason", "detail"),
+    [
+        (b"{not json", "malformed_json", "not valid UTF-8 JSON"),
+        (b"[1, 2]", "malformed_json", "expected a JSON object"),
+        (b'{"learner_id": "shop", "event_id": "e", "labels": ["a"], "scores": [NaN]}',
+         "non_finite", "finite number"),
+        (b'{"learner_id": "shop", "event_id": "e", "labels": ["a"], "scores": [1e999]}',
+         "non_finite", "finite number"),
+        (b'{"learner_id": "shop", "event_id": "e", "labels": ["a", "a"], "scores": [1, 2]}',
+         "invalid_schema", "duplicate label"),
+        (b'{"learner_id": "shop", "event_id": "e", "labels": ["a"], "scores": ["1"]}',
+         "invalid_schema", "scores.0"),
+        (b'{"learner_id": "shop", "event_id": "e", "labels": ["a"], "scores": [1], "x": 1}',
+         "invalid_schema", "Extra inputs"),
+        (b'{"learner_id": "shop", "event_id": "e", "labels": ["a", "b"], "scores": [1]}',
+         "invalid_schema", "equal length"),
+        (b'{"learner_id": "shop", "event_id": "e", "labels": ["a"], "scores": [1],'
+         b' "schema_version": 9}', "invalid_schema", "schema_version"),
+        (b'{"learner_id": "shop", "event_id": "e"}', "learner_rejected", "non-empty 'labels'"),
+        (b'{"learner_id": "nobody", "event_id": "e", "labels": ["a"], "scores": [1]}',
+         None, None),
+    ],
+)
+def test_bad_contexts_are_dead_lettered_with_a_reason(processor: Processor, raw: bytes,
+                                                      reason: str | None,
+                                                      detail: str | None) -> None:
+    before = copy.deepcopy(processor.learners)
+    emitted = processor.on_context(raw, Source("contexts", 0, 42), 1.0)
+    assert emitted.decisions == []
+    if reason is None:  # unknown learner: held first (its config may still come)
+        assert emitted.dead_letters == []
+        assert reasons(processor.on_tick(0, 100.0)) == ["unknown_learner"]
+    else:
+        (dead,) = emitted.dead_letters
+        assert dead.reason == reason and detail in dead.detail
+        assert (dead.source_topic, dead.partition, dead.offset) == ("contexts", 0, 42)
+        assert dead.raw == raw.decode()
+    assert processor.learners == before  # state untouched
+    assert processor.on_context(context("ok"), CONTEXTS, 2.0).decisions  # and still working
+
+
+def test_oversize_payloads_are_rejected_by_configurable_limits() -> None:
+    p = Processor({}, {}, limits=Limits(max_event_bytes=200, max_labels=3))
+    p.on_config(LID, config(), CONFIGS, 0.0)
+    assert reasons(p.on_context(context("e1", [0.1] * 50), CONTEXTS, 1.0)) == ["oversize"]
+    assert reasons(p.on_context(context("e2", [0.1] * 4), CONTEXTS, 1.0)) == ["oversize"]
+    assert p.on_context(context("e3", [0.1] * 3), CONTEXTS, 1.0).decisions
+
+
+def test_misrouted_records_are_dead_lettered() -> None:
+    p = Processor({}, {}, expected_partition=lambda key: 2)
+    p.on_config(LID, config(), Source("learners", 2), 0.0)
+    emitted = p.on_context(context("e1"), Source("contexts", 1), 1.0)
+    assert reasons(emitted) == ["misrouted"] and "murmur2" in emitted.dead_letters[0].detail
+    assert p.on_context(context("e1"), Source("contexts", 2), 1.0).decisions
+
+
+def test_invalid_config_is_dead_lettered_and_keeps_the_old_learner(processor: Processor) -> None:
+    bad = processor.on_config(LID, config(params={"alpha": 2.0, "horizon": 10}), CONFIGS, 1.0)
+    assert reasons(bad) == ["invalid_config"] and "target coverage" in bad.dead_letters[0].detail
+    unknown = processor.on_config(LID, config(algorithm="magic"), CONFIGS, 1.0)
+    assert "known: sps" in unknown.dead_letters[0].detail
+    assert processor.learners[LID]["version"] == 1
+
+
+def test_reconfiguring_starts_afresh_and_stale_feedback_is_dead_lettered(
+    processor: Processor,
+) -> None:
+    processor.on_context(context("e1"), CONTEXTS, 1.0)
+    processor.on_config(LID, config(feedback_timeout_s=20.0), CONFIGS, 1.5)
+    assert processor.learners[LID]["version"] == 1  # only a timeout changed
+    processor.on_config(LID, config(params={"alpha": 0.7, "horizon": 200}), CONFIGS, 2.0)
+    assert processor.learners[LID]["version"] == 2
+    assert reasons(processor.on_feedback(feedback("e1"), FEEDBACK, 3.0)) == ["stale_version"]
+    assert sps_n(processor) == 0
+
+
+def test_tombstone_deletes_the_learner(processor: Processor) -> None:
+    processor.on_config(LID, None, CONFIGS, 1.0)
+    assert LID not in processor.learners
+
+
+def crash_between_writes(p: Processor, store: str, event, *args) -> None:
+    """Run ``event`` but lose its last write to ``store``, as a kill -9 would."""
+    snapshot = {"learners": copy.deepcopy(p.learners), "pending": copy.deepcopy(p.pending)}
+    event(*args)
+    # Keep the first store's writes, roll the other back: the second write never happened.
+    setattr(p, store, snapshot[store])
+    p.forget_cache()
+
+
+def test_crash_after_pending_write_before_learner_write_on_context(processor: Processor) -> None:
+    crash_between_writes(processor, "learners", processor.on_context, context("e1"), CONTEXTS, 1.0)
+    assert processor.learners[LID]["seq"] == 0  # the learner entry was lost
+    redo = processor.on_context(context("e1"), CONTEXTS, 2.0)
+    assert redo.decisions[0].output["labels"] == ["y0", "y1", "y2"]
+    assert processor.learners[LID]["seq"] == 1
+    processor.on_context(context("e2"), CONTEXTS, 3.0)
+    assert processor.pending[f"{LID}/e2"]["seq"] == 1  # no sequence number reused
+
+
+def test_crash_after_learner_write_before_pending_write_on_feedback(processor: Processor) -> None:
+    processor.on_context(context("e1"), CONTEXTS, 1.0)
+    crash_between_writes(processor, "pending", processor.on_feedback, feedback("e1"), FEEDBACK, 2.0)
+    assert processor.pending[f"{LID}/e1"]["status"] == "open"  # pending write lost
+    assert sps_n(processor) == 1
+    processor.on_feedback(feedback("e1"), FEEDBACK, 3.0)  # Kafka re-delivers it
+    assert sps_n(processor) == 1  # not applied twice
+    assert processor.pending[f"{LID}/e1"]["status"] == "settled"  # and repaired
+
+
+def test_crash_after_learner_write_before_pending_write_on_timeout(processor: Processor) -> None:
+    processor.on_context(context("e1"), CONTEXTS, 1.0)
+    crash_between_writes(processor, "pending", processor.on_tick, 0, 20.0)
+    processor.on_tick(0, 21.0)
+    assert sps_n(processor) == 1
+
+
+def test_same_events_give_the_same_decisions_and_state() -> None:
+    rng = np.random.default_rng(3)
+    events = []
+    for i in range(400):
+        scores = rng.normal(size=5).round(4).tolist()
+        events.append(("c", context(f"e{i}", scores)))
+        if i >= 3:
+            events.append(("f", feedback(f"e{i - 3}", "y0" if rng.random() < 0.97 else None)))
+    runs = []
+    for _ in range(2):
+        p = Processor({}, {})
+        p.on_config(LID, config(), CONFIGS, 0.0)
+        decisions = []
+        for t, (kind, raw) in enumerate(events):
+            handler = p.on_context if kind == "c" else p.on_feedback
+            decisions += [d.output for d in handler(raw, Source(kind), float(t)).decisions]
+        runs.append((decisions, p.learners[LID]["state"]))
+    assert runs[0] == runs[1]
+    assert runs[0][1]["tau"] is not None  # the run left burn-in
