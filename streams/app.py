@@ -150,4 +150,12 @@ def create_app(settings: WorkerSettings) -> faust.App:
     async def healthz(web: Any, request: Any) -> Response:
         return Response(text="ok")
 
+    @app.page("/ready")
+    async def ready(web: Any, request: Any) -> Response:
+        """200 once this worker owns partitions and their tables are recovered."""
+        owned = app.consumer.assignment() if app.consumer is not None else set()
+        if owned and app.tables.recovery.completed.is_set():
+            return Response(text=f"ready: {len(owned)} partitions")
+        return Response(status=503, text="joining the consumer group / recovering tables")
+
     return app

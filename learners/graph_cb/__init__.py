@@ -1,0 +1,38 @@
+"""The ``graph_cb`` family: contextual bandits with feedback graphs (SquareCB.G and baselines).
+
+Solver API: :func:`min_dec_distribution` (p minimising the decision estimation coefficient,
+closed forms for the named graphs, a certified interior-point method otherwise) and
+:func:`decision_estimation_coefficient` (dec of any p).
+
+>>> import numpy as np
+>>> from learners.graph_cb import min_dec_distribution, decision_estimation_coefficient
+>>> p, dec = min_dec_distribution([0.0, 0.5, 0.9], np.eye(3), gamma=10.0)
+>>> p.round(3).tolist(), round(dec, 4)
+([0.746, 0.158, 0.097], 0.2)
+>>> round(decision_estimation_coefficient(p, [0.0, 0.5, 0.9], np.eye(3), gamma=10.0), 4)
+0.2
+"""
+
+from learners.base import Learner
+from learners.graph_cb.algorithms import EpsilonGreedy, SquareCB, SquareCBG
+from learners.graph_cb.solver import (
+    SOLVERS,
+    decision_estimation_coefficient,
+    min_dec_distribution,
+)
+
+__all__ = [
+    "ALGORITHMS",
+    "SOLVERS",
+    "EpsilonGreedy",
+    "SquareCB",
+    "SquareCBG",
+    "decision_estimation_coefficient",
+    "min_dec_distribution",
+]
+
+ALGORITHMS: dict[str, type[Learner]] = {
+    "squarecb_g": SquareCBG,
+    "squarecb": SquareCB,
+    "epsilon_greedy": EpsilonGreedy,
+}

@@ -1,0 +1,193 @@
+"""Shared event handling of the graph_cb family.
+
+Every algorithm predicts the K losses with a regression oracle, picks a gamma from its
+schedule, turns ``(fhat, G, gamma)`` into a distribution p (the only part subclasses
+implement: :meth:`GraphCBLearner.distribution`), samples the action from ``rng``, and later
+trains the oracle once on every revealed loss (unweighted square loss, no importance weights).
+
+Parameters common to all algorithms:
+
+* ``actions`` K (optional when ``graph`` is given); ``graph`` (K x K list, ``G[a][j]`` = P(a
+  reveals j)) or ``graph_kind`` (bandit, full, cops_and_robbers, apple_tasting, inventory);
+  without either, every context must carry its own ``graph``;
+* oracle: ``feature_dim`` D (required), ``feature_layout`` (``shared``: one vector per event,
+  ``per_action``: one vector per action), ``update`` (``sgd`` or ``rls``), ``learning_rate``
+  (sgd, default 0.1), ``ridge`` (rls prior, default 1), ``bias`` (default true);
+* schedule: ``gamma_schedule`` and its settings (:mod:`learners.graph_cb.schedules`).
+
+Events: context ``{"features": [...] or [[...] per action], "graph": optional K x K}``;
+feedback ``{"losses": {"<action index>": loss in [-1, 1], ...}}`` with the losses the graph
+revealed; a timeout is no observation. The decision output carries ``action``, ``p``,
+``gamma`` and ``dec`` (dec of p under the event's graph; None when infinite).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from collections.abc import Mapping
+from typing import Any, ClassVar, Self
+
+import numpy as np
+
+from learners.base import JSON, Decided, Learned, Learner, LearnerError, check_unknown, require
+from learners.graph_cb.graphs import as_graph, independence_number, named_graph
+from learners.graph_cb.oracles import LinearOracle
+from learners.graph_cb.schedules import GammaSchedule
+
+
+class GraphCBLearner(Learner):
+    """Base of the graph_cb family; subclasses choose p from (fhat, G, gamma)."""
+
+    family: ClassVar[str] = "graph_cb"
+    COMMON_PARAMS: ClassVar[set[str]] = {
+        "actions", "graph", "graph_kind", "feature_dim", "feature_layout", "update",
+        "learning_rate", "ridge", "bias", *GammaSchedule.PARAMS,
+    }
+    EXTRA_PARAMS: ClassVar[set[str]] = set()
+
+    def __init__(
+        self, params: Mapping[str, Any], graph: np.ndarray | None, oracle: LinearOracle,
+        schedule: GammaSchedule,
+    ) -> None:
+        self.params = dict(params)
+        self.actions = oracle.actions
+        self.graph = graph
+        self.graph_alpha = None if graph is None else independence_number(graph)
+        self.oracle = oracle
+        self.schedule = schedule
+        self.loss_sum = 0.0
+        self.loss_count = 0
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> Self:
+        check_unknown(params, cls.COMMON_PARAMS | cls.EXTRA_PARAMS)
+        graph = None
+        if params.get("graph") is not None and params.get("graph_kind") is not None:
+            raise LearnerError("give either parameter 'graph' or 'graph_kind', not both")
+        if params.get("graph") is not None:
+            graph = as_graph(params["graph"])
+        actions = require(params, "actions", int, None if graph is None else graph.shape[0])
+        if actions < 1:
+            raise LearnerError(f"parameter 'actions' must be >= 1, got {actions}")
+        if graph is not None and graph.shape[0] != actions:
+            raise LearnerError(f"'graph' has {graph.shape[0]} actions but 'actions' is {actions}")
+        if params.get("graph_kind") is not None:
+            graph = named_graph(str(params["graph_kind"]), actions)
+        oracle = LinearOracle(
+            actions=actions,
+            feature_dim=require(params, "feature_dim", int),
+            layout=str(params.get("feature_layout") or "shared"),
+            update=str(params.get("update") or "sgd"),
+            learning_rate=require(params, "learning_rate", float, 0.1),
+            ridge=require(params, "ridge", float, 1.0),
+            bias=bool(params.get("bias", True)),
+        )
+        learner = cls(params, graph, oracle, GammaSchedule.from_params(params))
+        learner.check_params()
+        return learner
+
+    def check_params(self) -> None:
+        """Validate algorithm-specific parameters (``self.params``); raise LearnerError."""
+
+    @abstractmethod
+    def distribution(
+        self, fhat: np.ndarray, graph: np.ndarray, gamma: float
+    ) -> tuple[np.ndarray, float]:
+        """The action distribution p and dec(p) for predicted losses ``fhat``."""
+
+    def exploration_alpha(self, graph: np.ndarray, per_event: bool) -> int:
+        """The independence number the sqrt_alpha schedule scales with."""
+        if per_event or self.graph_alpha is None:
+            return independence_number(graph)
+        return self.graph_alpha
+
+    def decide(self, context: Mapping[str, Any], rng: np.random.Generator) -> Decided:
+        features = context.get("features")
+        if features is None:
+            raise LearnerError("a graph_cb context needs 'features'")
+        per_event = context.get("graph") is not None
+        if per_event:
+            graph = as_graph(context["graph"], self.actions)
+        elif self.graph is None:
+            raise LearnerError("no feedback graph: set parameter 'graph'/'graph_kind' or send "
+                               "'graph' with every context")
+        else:
+            graph = self.graph
+        fhat = self.oracle.predict(features)
+        gamma = self.schedule.gamma(self.exploration_alpha(graph, per_event))
+        p, dec = self.distribution(fhat, graph, gamma)
+        action = int(rng.choice(self.actions, p=p))
+        self.schedule.record_decision(dec)
+        output = {
+            "action": action,
+            "p": p.tolist(),
+            "gamma": gamma,
+            "dec": dec if math.isfinite(dec) else None,
+        }
+        pending: JSON = {"features": features, "action": action, "p": output["p"],
+                         "gamma": gamma}
+        if per_event:
+            pending["graph"] = graph.tolist()
+        return Decided(output=output, pending=pending)
+
+    def learn(self, pending: Mapping[str, Any], feedback: Mapping[str, Any]) -> Learned:
+        revealed = self._revealed_losses(pending, feedback)
+        for action, loss in revealed.items():
+            self.oracle.update(pending["features"], action, loss)
+        self.schedule.record_learn()
+        metrics = {"revealed": float(len(revealed))}
+        played = int(pending["action"])
+        if played in revealed:
+            metrics["loss"] = revealed[played]
+            self.loss_sum += revealed[played]
+            self.loss_count += 1
+        return Learned(done=True, metrics=metrics)
+
+    def _revealed_losses(
+        self, pending: Mapping[str, Any], feedback: Mapping[str, Any]
+    ) -> dict[int, float]:
+        """The feedback's losses by action, all validated before any is used."""
+        losses = feedback.get("losses")
+        if not isinstance(losses, Mapping):
+            raise LearnerError("graph_cb feedback needs 'losses': {action index: loss}")
+        graph = self.graph if pending.get("graph") is None else np.asarray(pending["graph"])
+        played = int(pending["action"])
+        revealed: dict[int, float] = {}
+        for key, value in losses.items():
+            try:
+                action, loss = int(key), float(value)
+            except (TypeError, ValueError) as exc:
+                raise LearnerError(f"bad revealed loss {key!r}: {value!r}") from exc
+            if not 0 <= action < self.actions:
+                raise LearnerError(f"revealed action {action} is not in [0, {self.actions})")
+            if not -1.0 <= loss <= 1.0:
+                raise LearnerError(f"loss of action {action} must lie in [-1, 1], got {loss}")
+            if graph is not None and graph[played, action] <= 0.0:
+                raise LearnerError(f"playing {played} cannot reveal action {action} (G = 0)")
+            revealed[action] = loss
+        return revealed
+
+    def expire(self, pending: Mapping[str, Any]) -> Learned:
+        return Learned(done=True, metrics={"timed_out": 1.0})
+
+    def to_state(self) -> JSON:
+        return {
+            "oracle": self.oracle.to_state(),
+            "schedule": self.schedule.to_state(),
+            "loss_sum": self.loss_sum,
+            "loss_count": self.loss_count,
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self.oracle.load_state(state["oracle"])
+        self.schedule.load_state(state["schedule"])
+        self.loss_sum = float(state["loss_sum"])
+        self.loss_count = int(state["loss_count"])
+
+    def summary(self) -> dict[str, float | list[float]]:
+        """Progressive-validation loss of the played actions whose loss was revealed."""
+        gauges: dict[str, float | list[float]] = {"decisions": float(self.schedule.decisions)}
+        if self.loss_count:
+            gauges["pv_loss"] = self.loss_sum / self.loss_count
+        return gauges

@@ -1,0 +1,168 @@
+"""Fixtures for tests against the real embedded Kafka-protocol broker (Tansu) and real
+worker processes. Every process started here is stopped in teardown, failures included."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from streams.broker import EmbeddedBroker
+from streams.scrape import fetch
+from streams.topics import Topics, ensure_topics
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    log = tmp_path_factory.mktemp("broker") / "broker.log"
+    with EmbeddedBroker(port=free_port(), log_path=log) as running:
+        yield running
+
+
+@dataclass
+class Worker:
+    """A ``banditflow worker`` subprocess."""
+
+    process: subprocess.Popen[bytes]
+    prefix: str
+    web_port: int
+    log_path: Path
+    partitions: int
+
+    @property
+    def topics(self) -> Topics:
+        return Topics(self.prefix)
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}/metrics"
+
+    def metrics(self) -> str:
+        return fetch(self.metrics_url)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout_s: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"worker exited ({self.process.returncode}):\n{self.log()}")
+            try:
+                fetch(f"http://127.0.0.1:{self.web_port}/ready", timeout_s=1.0)
+                return
+            except (urllib.error.URLError, OSError):
+                time.sleep(0.3)
+        raise AssertionError(f"worker not ready after {timeout_s}s:\n{self.log()[-3000:]}")
+
+    def stop(self, kill: bool = False) -> None:
+        if self.process.poll() is None:
+            if kill:
+                self.process.kill()
+            else:
+                self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@pytest.fixture
+def start_worker(broker: EmbeddedBroker, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
+    """Factory: ``start_worker(prefix, partitions=2, extra_args=[...])`` -> a ready Worker."""
+    started: list[Worker] = []
+
+    def start(prefix: str, partitions: int = 2, extra_args: list[str] | None = None,
+              web_port: int | None = None, wait: bool = True) -> Worker:
+        ensure_topics(broker.bootstrap, Topics(prefix), partitions)
+        port = web_port or free_port()
+        log_path = tmp_path / f"worker-{prefix}-{len(started)}.log"
+        command = [sys.executable, "-m", "streams.cli", "worker", "--bootstrap",
+                   broker.bootstrap, "--prefix", prefix, "--app-id", prefix, "--partitions",
+                   str(partitions), "--web-port", str(port), "--loglevel", "info",
+                   "--tick-interval", "0.5", *(extra_args or [])]
+        with open(log_path, "ab") as log:
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        worker = Worker(process, prefix, port, log_path, partitions)
+        started.append(worker)
+        if wait:
+            worker.wait_ready()
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+@pytest.fixture
+def producer(broker: EmbeddedBroker) -> Iterator[KafkaProducer]:
+    """kafka-python producer (default murmur2 partitioner, as Java clients)."""
+    client = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+    yield client
+    client.close()
+
+
+def send_json(producer: KafkaProducer, topic: str, key: str, value: dict[str, Any] | None) -> None:
+    producer.send(topic, key=key.encode(),
+                  value=None if value is None else json.dumps(value).encode())
+    producer.flush()
+
+
+class TopicReader:
+    """Reads every record of a topic from the beginning, accumulating what it saw."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                      group_id=None, consumer_timeout_ms=500)
+        partitions = self.consumer.partitions_for_topic(topic) or set()
+        assigned = [TopicPartition(topic, p) for p in sorted(partitions)]
+        self.consumer.assign(assigned)
+        self.consumer.seek_to_beginning(*assigned)
+        self.records: list[dict[str, Any]] = []
+
+    def poll(self) -> list[dict[str, Any]]:
+        for batch in self.consumer.poll(timeout_ms=300).values():
+            self.records.extend(json.loads(r.value) for r in batch)
+        return self.records
+
+    def wait_for(self, predicate: Callable[[list[dict[str, Any]]], bool],
+                 timeout_s: float = 60.0) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if predicate(self.poll()):
+                return self.records
+        raise AssertionError(f"timed out; saw {len(self.records)} records: {self.records[-5:]}")
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+@pytest.fixture
+def read_topic(broker: EmbeddedBroker) -> Iterator[Callable[[str], TopicReader]]:
+    readers: list[TopicReader] = []
+
+    def open_reader(topic: str) -> TopicReader:
+        reader = TopicReader(broker.bootstrap, topic)
+        readers.append(reader)
+        return reader
+
+    yield open_reader
+    for reader in readers:
+        reader.close()

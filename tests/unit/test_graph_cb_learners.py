@@ -1,0 +1,182 @@
+"""The graph_cb learners: contract, state, determinism and learning on a synthetic stream."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from learners.base import LearnerError
+from learners.graph_cb import ALGORITHMS
+from learners.registry import make_learner
+
+BASE = {"actions": 4, "feature_dim": 3, "graph_kind": "cops_and_robbers"}
+
+
+def stream(rng: np.random.Generator, rounds: int, actions: int, dim: int):
+    """Contexts with per-event strongly observable graphs and linear mean losses in [0, 1]."""
+    theta = rng.normal(size=(actions, dim))
+    for _ in range(rounds):
+        x = rng.normal(size=dim)
+        mean = 0.5 + 0.25 * np.tanh(theta @ x)
+        graph = (rng.random((actions, actions)) < 0.3).astype(float)
+        np.fill_diagonal(graph, 1.0)
+        losses = np.clip(mean + rng.normal(0.0, 0.1, actions), 0.0, 1.0)
+        yield x, graph, losses, mean
+
+
+def run(learner, seed: int, rounds: int) -> tuple[float, float]:
+    """Progressive-validation loss and mean regret of ``learner`` on the seeded stream."""
+    rng = np.random.default_rng(seed)
+    total = regret = 0.0
+    for x, graph, losses, mean in stream(rng, rounds, 5, 4):
+        decided = learner.decide({"features": x.tolist(), "graph": graph.tolist()}, rng)
+        action = decided.output["action"]
+        revealed = {str(j): float(losses[j]) for j in np.flatnonzero(graph[action] > 0)}
+        learned = learner.learn(decided.pending, {"losses": revealed})
+        assert learned.metrics["loss"] == pytest.approx(losses[action])
+        total += losses[action]
+        regret += mean[action] - mean.min()
+    return total / rounds, regret / rounds
+
+
+def test_registered() -> None:
+    assert set(ALGORITHMS) == {"squarecb_g", "squarecb", "epsilon_greedy"}
+    for name, cls in ALGORITHMS.items():
+        assert cls.family == "graph_cb" and cls.algorithm == name
+        assert isinstance(make_learner("graph_cb", name, BASE), cls)
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_decision_output_and_pending(algorithm: str) -> None:
+    learner = ALGORITHMS[algorithm].from_params(BASE)
+    decided = learner.decide({"features": [0.1, 0.2, 0.3]}, np.random.default_rng(0))
+    output = decided.output
+    assert set(output) == {"action", "p", "gamma", "dec"}
+    assert 0 <= output["action"] < 4 and len(output["p"]) == 4
+    assert sum(output["p"]) == pytest.approx(1.0) and output["gamma"] > 0
+    assert output["dec"] is None or output["dec"] >= 0.0
+    json.dumps(output)
+    json.dumps(decided.pending)
+    assert decided.pending["action"] == output["action"] and "graph" not in decided.pending
+
+
+def test_squarecb_g_learns_far_better_than_uniform() -> None:
+    params = {"actions": 5, "feature_dim": 4, "update": "rls", "gamma_c": 8.0}
+    learner = ALGORITHMS["squarecb_g"].from_params(params)
+    loss, regret = run(learner, seed=7, rounds=1500)
+    uniform_regret = np.mean([m.mean() - m.min() for *_, m in
+                              stream(np.random.default_rng(7), 1500, 5, 4)])
+    assert regret < 0.35 * uniform_regret
+    assert learner.summary()["pv_loss"] == pytest.approx(loss)
+
+
+def test_baselines_learn_from_every_revealed_loss() -> None:
+    params = {"actions": 5, "feature_dim": 4, "update": "rls"}
+    for algorithm in ("squarecb", "epsilon_greedy"):
+        learner = ALGORITHMS[algorithm].from_params(params)
+        run(learner, seed=3, rounds=50)
+        assert learner.oracle.updates > 50  # every revealed loss, not only the played one
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+@pytest.mark.parametrize("update", ["sgd", "rls"])
+def test_state_round_trip_and_determinism(algorithm: str, update: str) -> None:
+    params = {"actions": 5, "feature_dim": 4, "update": update}
+    learner = ALGORITHMS[algorithm].from_params(params)
+    run(learner, seed=11, rounds=30)
+    state = learner.to_state()
+    restored = ALGORITHMS[algorithm].from_state(params, json.loads(json.dumps(state)))
+    assert restored.to_state() == state
+    context = {"features": [0.3, -0.2, 0.1, 0.5]}
+    graph = np.ones((5, 5)) - np.eye(5)
+    context["graph"] = graph.tolist()
+    first = learner.decide(context, np.random.default_rng(5)).output
+    second = restored.decide(context, np.random.default_rng(5)).output
+    assert first == second
+    twin = ALGORITHMS[algorithm].from_params(params)
+    assert run(twin, seed=11, rounds=30) == run(ALGORITHMS[algorithm].from_params(params), 11, 30)
+
+
+def test_per_action_features_and_schedules() -> None:
+    params = {"actions": 3, "feature_dim": 2, "feature_layout": "per_action",
+              "graph_kind": "inventory", "gamma_schedule": "vw"}
+    learner = ALGORITHMS["squarecb_g"].from_params(params)
+    rng = np.random.default_rng(0)
+    decided = learner.decide({"features": [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]}, rng)
+    assert decided.output["gamma"] == 1.0  # scale * max(n, 1) ** 0.5 before any feedback
+    action = decided.output["action"]
+    learner.learn(decided.pending, {"losses": {str(j): 0.5 for j in range(action + 1)}})
+    assert learner.oracle.updates == action + 1
+    doubling = ALGORITHMS["squarecb_g"].from_params(
+        {**BASE, "gamma_schedule": "doubling", "gamma_initial": 4.0, "reg_sq": 0.01})
+    gammas = [doubling.decide({"features": [0.0] * 3}, rng).output["gamma"] for _ in range(5)]
+    assert gammas[0] == 4.0 and gammas[-1] > 4.0 and gammas == sorted(gammas)
+
+
+def test_expire_is_no_observation() -> None:
+    learner = ALGORITHMS["squarecb_g"].from_params(BASE)
+    decided = learner.decide({"features": [0.1, 0.2, 0.3]}, np.random.default_rng(0))
+    assert learner.expire(decided.pending).done and learner.oracle.updates == 0
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({**BASE, "typo": 1}, "unknown parameter"),
+        ({"feature_dim": 3}, "actions"),
+        ({**BASE, "graph": np.eye(4).tolist()}, "not both"),
+        ({**BASE, "solver": "magic"}, "solver"),
+        ({**BASE, "gamma_schedule": "weekly"}, "gamma_schedule"),
+        ({**BASE, "feature_layout": "diagonal"}, "feature_layout"),
+    ],
+)
+def test_bad_parameters_are_rejected(params: dict, message: str) -> None:
+    with pytest.raises(LearnerError, match=message):
+        ALGORITHMS["squarecb_g"].from_params(params)
+
+
+def test_doubling_only_for_squarecb_g() -> None:
+    with pytest.raises(LearnerError, match="doubling"):
+        ALGORITHMS["squarecb"].from_params({**BASE, "gamma_schedule": "doubling"})
+
+
+@pytest.mark.parametrize(
+    ("feedback", "message"),
+    [
+        ({}, "losses"),
+        ({"losses": {"9": 0.1}}, "not in"),
+        ({"losses": {"0": 2.0}}, r"\[-1, 1\]"),
+        ({"losses": {"x": 0.1}}, "bad revealed"),
+    ],
+)
+def test_bad_feedback_is_rejected_without_learning(feedback: dict, message: str) -> None:
+    learner = ALGORITHMS["squarecb_g"].from_params(BASE)
+    decided = learner.decide({"features": [0.1, 0.2, 0.3]}, np.random.default_rng(0))
+    with pytest.raises(LearnerError, match=message):
+        learner.learn(decided.pending, feedback)
+    assert learner.oracle.updates == 0
+
+
+def test_loss_the_graph_cannot_reveal_is_rejected() -> None:
+    learner = ALGORITHMS["squarecb_g"].from_params(BASE)  # cops and robbers: no self-loops
+    decided = learner.decide({"features": [0.1, 0.2, 0.3]}, np.random.default_rng(0))
+    played = str(decided.output["action"])
+    with pytest.raises(LearnerError, match="cannot reveal"):
+        learner.learn(decided.pending, {"losses": {played: 0.1}})
+
+
+@pytest.mark.parametrize(
+    ("context", "message"),
+    [
+        ({}, "features"),
+        ({"features": [0.1, 0.2]}, "shape"),
+        ({"features": [0.1, 0.2, 0.3], "graph": np.eye(3).tolist()}, "expected 4"),
+        ({"features": [0.1, 0.2, 0.3], "graph": np.zeros((4, 4)).tolist()}, "unobservable"),
+    ],
+)
+def test_bad_contexts_are_rejected(context: dict, message: str) -> None:
+    learner = ALGORITHMS["squarecb_g"].from_params(BASE)
+    with pytest.raises(LearnerError, match=message):
+        learner.decide(context, np.random.default_rng(0))

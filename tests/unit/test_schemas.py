@@ -1,0 +1,69 @@
+"""The published JSON Schema files match the models, and validate what the models accept."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from schemas import MODELS, Context, Feedback, LearnerConfig, Limits, Rejected, parse_event
+from schemas.published import check_published, path_of
+
+
+def test_published_files_match_the_models() -> None:
+    assert check_published() == [], "run `banditflow schemas --write` and commit the files"
+
+
+def test_drift_is_detected(tmp_path, monkeypatch) -> None:
+    import schemas.published as published
+
+    monkeypatch.setattr(published, "DIRECTORY", tmp_path)
+    for name in MODELS:
+        (tmp_path / f"{name}.schema.json").write_text(published.render(name))
+    assert published.check_published() == []
+    document = json.loads((tmp_path / "context.schema.json").read_text())
+    document["properties"].pop("labels")
+    (tmp_path / "context.schema.json").write_text(json.dumps(document))
+    assert any("context.schema.json differs" in line for line in published.check_published())
+
+
+@pytest.mark.parametrize(
+    ("name", "record"),
+    [
+        ("context", {"learner_id": "a", "event_id": "1", "labels": ["x", 2], "scores": [1, 0.5]}),
+        ("context", {"learner_id": "a", "event_id": "1", "features": [[0.1], [0.2]]}),
+        ("feedback", {"learner_id": "a", "event_id": "1", "missed": True}),
+        ("feedback", {"learner_id": "a", "event_id": "1", "part": "human", "human_cost": 0.3,
+                      "human_reward": 1.0}),
+        ("learner_config", {"learner_id": "a", "family": "conformal", "algorithm": "sps"}),
+    ],
+)
+def test_valid_records_pass_both_model_and_json_schema(name: str, record: dict) -> None:
+    schema = json.loads(path_of(name).read_text())
+    jsonschema.validate(record, schema)
+    MODELS[name].model_validate_json(json.dumps(record))
+
+
+@pytest.mark.parametrize(
+    ("model", "raw", "reason", "words"),
+    [
+        (Context, b'{"learner_id": "a b", "event_id": "1"}', "invalid_schema", "learner_id"),
+        (Context, b'{"learner_id": "a", "event_id": ""}', "invalid_schema", "event_id"),
+        (Feedback, b'{"learner_id": "a", "event_id": "1"}', "invalid_schema", "carries nothing"),
+        (Feedback, b'{"learner_id": "a", "event_id": "1", "label": "x", "missed": true}',
+         "invalid_schema", "not both"),
+        (Feedback, b'{"learner_id": "a", "event_id": "1", "human_cost": -1}', "invalid_schema",
+         "greater than or equal"),
+        (LearnerConfig, b'{"learner_id": "a", "family": "magic", "algorithm": "x"}',
+         "invalid_schema", "family"),
+        (LearnerConfig, b'{"learner_id": "a", "family": "conformal", "algorithm": "sps",'
+         b' "feedback_timeout_s": 0}', "invalid_schema", "greater than 0"),
+        (Context, b"\xff\xfe", "malformed_json", "UTF-8"),
+    ],
+)
+def test_rejections_explain_themselves(model, raw: bytes, reason: str, words: str) -> None:
+    with pytest.raises(Rejected) as info:
+        parse_event(raw, model, Limits())
+    assert info.value.reason == reason
+    assert words in info.value.detail
