@@ -19,11 +19,27 @@ from streams.simulate import SimulationReport, SimulationSettings, run_simulatio
 from streams.simulators import GaussianScores
 
 
-def start_worker(bootstrap: str, web_port: int, partitions: int, prefix: str,
-                 log_path: Path) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "streams.cli", "worker", "--bootstrap", bootstrap,
-               "--web-port", str(web_port), "--partitions", str(partitions), "--prefix", prefix,
-               "--app-id", prefix, "--loglevel", "info"]
+def start_worker(
+    bootstrap: str, web_port: int, partitions: int, prefix: str, log_path: Path
+) -> subprocess.Popen[bytes]:
+    command = [
+        sys.executable,
+        "-m",
+        "streams.cli",
+        "worker",
+        "--bootstrap",
+        bootstrap,
+        "--web-port",
+        str(web_port),
+        "--partitions",
+        str(partitions),
+        "--prefix",
+        prefix,
+        "--app-id",
+        prefix,
+        "--loglevel",
+        "info",
+    ]
     with open(log_path, "ab") as log:
         return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
 
@@ -55,8 +71,10 @@ def progress_line(report: SimulationReport, events: int) -> None:
     coverage = report.covered / report.decided if report.decided else 0.0
     size = report.set_size_sum / report.decided if report.decided else 0.0
     threshold = "-inf" if report.last_threshold is None else f"{report.last_threshold:.3f}"
-    line = (f"  decided {report.decided:>6}/{events} | {report.decisions_per_s:6.0f}/s | "
-            f"coverage {coverage:.3f} | set size {size:5.2f} | threshold {threshold:>7}")
+    line = (
+        f"  decided {report.decided:>6}/{events} | {report.decisions_per_s:6.0f}/s | "
+        f"coverage {coverage:.3f} | set size {size:5.2f} | threshold {threshold:>7}"
+    )
     if sys.stdout.isatty():
         print(f"\r{line}", end="", flush=True)
     else:
@@ -69,13 +87,16 @@ def run_demo(args: argparse.Namespace) -> int:
         print(f"port {args.web_port} is in use: pass --web-port", file=sys.stderr)
         return 2
     prefix = "demo"
-    print(f"banditflow demo: {args.events} events, learner {args.learner_id!r} (conformal/sps, "
-          f"target coverage {args.alpha}); logs in {args.logs}/")
+    print(
+        f"banditflow demo: {args.events} events, learner {args.learner_id!r} (conformal/sps, "
+        f"target coverage {args.alpha}); logs in {args.logs}/"
+    )
     started = time.monotonic()
     with EmbeddedBroker(port=args.port, log_path=args.logs / "broker.log") as broker:
         print(f"- embedded broker (Tansu) on {broker.bootstrap}")
-        worker = start_worker(broker.bootstrap, args.web_port, args.partitions, prefix,
-                              args.logs / "worker.log")
+        worker = start_worker(
+            broker.bootstrap, args.web_port, args.partitions, prefix, args.logs / "worker.log"
+        )
         try:
             wait_until_ready(worker, args.web_port, timeout_s=90)
             metrics_url = f"http://127.0.0.1:{args.web_port}/metrics"
@@ -105,8 +126,9 @@ def wait_for_feedback(url: str, learner_id: str, expected: int, timeout_s: float
     return text
 
 
-def print_summary(text: str, args: argparse.Namespace, report: SimulationReport,
-                  elapsed: float) -> None:
+def print_summary(
+    text: str, args: argparse.Namespace, report: SimulationReport, elapsed: float
+) -> None:
     lid = args.learner_id
 
     def learner(name: str) -> float | None:
@@ -116,10 +138,13 @@ def print_summary(text: str, args: argparse.Namespace, report: SimulationReport,
         return "n/a" if x is None else f"{x:.{digits}f}"
 
     env = GaussianScores(labels=args.labels, alpha=args.alpha)
-    dead = sum(v for (name, _), v in samples(text).items()
-               if name == "banditflow_dead_letters_total")
-    regret = {kind: value(text, "banditflow_regret", learner_id=lid, kind=kind)
-              for kind in ("estimate", "exact")}
+    dead = sum(
+        v for (name, _), v in samples(text).items() if name == "banditflow_dead_letters_total"
+    )
+    regret = {
+        kind: value(text, "banditflow_regret", learner_id=lid, kind=kind)
+        for kind in ("estimate", "exact")
+    }
     print("\nsummary (from the worker's /metrics)")
     print(f"  decisions            {fmt(learner('decisions'), 0)}")
     print(f"  feedback applied     {fmt(learner('feedback'), 0)}")
@@ -131,4 +156,3 @@ def print_summary(text: str, args: argparse.Namespace, report: SimulationReport,
     print(f"  dead letters         {dead:.0f}")
     print(f"  events/s             {report.decisions_per_s:.0f} decisions/s end to end")
     print(f"  wall time            {elapsed:.1f}s")
-

@@ -6,11 +6,17 @@ import math
 from collections.abc import Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE  # noqa: F401  (re-export)
-from prometheus_client import disable_created_metrics
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 
 # The *_created series double every counter and histogram for no use on our dashboards.
 disable_created_metrics()
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 LEARNER_LABELS = ("learner_id", "family", "algorithm")
 

@@ -89,15 +89,37 @@ def start_worker(broker: EmbeddedBroker, tmp_path: Path) -> Iterator[Callable[..
     """Factory: ``start_worker(prefix, partitions=2, extra_args=[...])`` -> a ready Worker."""
     started: list[Worker] = []
 
-    def start(prefix: str, partitions: int = 2, extra_args: list[str] | None = None,
-              web_port: int | None = None, wait: bool = True) -> Worker:
+    def start(
+        prefix: str,
+        partitions: int = 2,
+        extra_args: list[str] | None = None,
+        web_port: int | None = None,
+        wait: bool = True,
+    ) -> Worker:
         ensure_topics(broker.bootstrap, Topics(prefix), partitions)
         port = web_port or free_port()
         log_path = tmp_path / f"worker-{prefix}-{len(started)}.log"
-        command = [sys.executable, "-m", "streams.cli", "worker", "--bootstrap",
-                   broker.bootstrap, "--prefix", prefix, "--app-id", prefix, "--partitions",
-                   str(partitions), "--web-port", str(port), "--loglevel", "info",
-                   "--tick-interval", "0.5", *(extra_args or [])]
+        command = [
+            sys.executable,
+            "-m",
+            "streams.cli",
+            "worker",
+            "--bootstrap",
+            broker.bootstrap,
+            "--prefix",
+            prefix,
+            "--app-id",
+            prefix,
+            "--partitions",
+            str(partitions),
+            "--web-port",
+            str(port),
+            "--loglevel",
+            "info",
+            "--tick-interval",
+            "0.5",
+            *(extra_args or []),
+        ]
         with open(log_path, "ab") as log:
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         worker = Worker(process, prefix, port, log_path, partitions)
@@ -120,8 +142,9 @@ def producer(broker: EmbeddedBroker) -> Iterator[KafkaProducer]:
 
 
 def send_json(producer: KafkaProducer, topic: str, key: str, value: dict[str, Any] | None) -> None:
-    producer.send(topic, key=key.encode(),
-                  value=None if value is None else json.dumps(value).encode())
+    producer.send(
+        topic, key=key.encode(), value=None if value is None else json.dumps(value).encode()
+    )
     producer.flush()
 
 
@@ -129,8 +152,12 @@ class TopicReader:
     """Reads every record of a topic from the beginning, accumulating what it saw."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
-        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                      group_id=None, consumer_timeout_ms=500)
+        self.consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap,
+            enable_auto_commit=False,
+            group_id=None,
+            consumer_timeout_ms=500,
+        )
         partitions = self.consumer.partitions_for_topic(topic) or set()
         assigned = [TopicPartition(topic, p) for p in sorted(partitions)]
         self.consumer.assign(assigned)
@@ -142,8 +169,9 @@ class TopicReader:
             self.records.extend(json.loads(r.value) for r in batch)
         return self.records
 
-    def wait_for(self, predicate: Callable[[list[dict[str, Any]]], bool],
-                 timeout_s: float = 60.0) -> list[dict[str, Any]]:
+    def wait_for(
+        self, predicate: Callable[[list[dict[str, Any]]], bool], timeout_s: float = 60.0
+    ) -> list[dict[str, Any]]:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if predicate(self.poll()):

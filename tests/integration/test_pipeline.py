@@ -28,17 +28,28 @@ def kcat_produce(bootstrap: str, topic: str, lines: list[tuple[str, str]]) -> No
     subprocess.run(command, input=payload.encode(), env=env, check=True, timeout=60)
 
 
-@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat not installed (apt-get install kcat)")
+@pytest.mark.skipif(
+    shutil.which("kcat") is None, reason="kcat not installed (apt-get install kcat)"
+)
 def test_contexts_decisions_feedback_metrics_and_dead_letters(
     broker, start_worker, producer: KafkaProducer, read_topic
 ) -> None:
     worker = start_worker("pipe", partitions=3, extra_args=["--max-event-bytes", "3000"])
     topics = worker.topics
-    producer.send(topics.learners, key=LID.encode(), value=json.dumps({
-        "learner_id": LID, "family": "conformal", "algorithm": "sps",
-        "params": {"alpha": 0.8, "horizon": 400}, "feedback_timeout_s": 120,
-        "early_feedback_grace_s": 1.0,
-    }).encode())
+    producer.send(
+        topics.learners,
+        key=LID.encode(),
+        value=json.dumps(
+            {
+                "learner_id": LID,
+                "family": "conformal",
+                "algorithm": "sps",
+                "params": {"alpha": 0.8, "horizon": 400},
+                "feedback_timeout_s": 120,
+                "early_feedback_grace_s": 1.0,
+            }
+        ).encode(),
+    )
     producer.flush()
 
     env = GaussianScores(labels=8, alpha=0.8)
@@ -50,29 +61,51 @@ def test_contexts_decisions_feedback_metrics_and_dead_letters(
         for i in range(start, start + count):
             round_ = env.draw(rng)
             truth[f"e{i}"] = round_.true_label
-            lines.append((LID, json.dumps({"learner_id": LID, "event_id": f"e{i}",
-                                           **round_.context})))
+            lines.append(
+                (LID, json.dumps({"learner_id": LID, "event_id": f"e{i}", **round_.context}))
+            )
         return lines
 
     bad = {
         "malformed_json": "{not json",
-        "non_finite": json.dumps({"learner_id": LID, "event_id": "b1", "labels": ["a"],
-                                  "scores": [float("nan")]}),
-        "invalid_schema": json.dumps({"learner_id": LID, "event_id": "b2", "labels": ["a", "a"],
-                                      "scores": [1, 2]}),
-        "oversize": json.dumps({"learner_id": LID, "event_id": "b3",
-                                "labels": [f"l{i}" for i in range(300)], "scores": [0.5] * 300}),
+        "non_finite": json.dumps(
+            {"learner_id": LID, "event_id": "b1", "labels": ["a"], "scores": [float("nan")]}
+        ),
+        "invalid_schema": json.dumps(
+            {"learner_id": LID, "event_id": "b2", "labels": ["a", "a"], "scores": [1, 2]}
+        ),
+        "oversize": json.dumps(
+            {
+                "learner_id": LID,
+                "event_id": "b3",
+                "labels": [f"l{i}" for i in range(300)],
+                "scores": [0.5] * 300,
+            }
+        ),
     }
     first = contexts(0, 200)
     # Malformed records interleaved with valid ones: each goes to deadletter, the rest decide.
-    lines = first[:10] + [(LID, bad["malformed_json"])] + first[10:50] + [
-        (LID, bad["non_finite"])] + first[50:80] + [(LID, bad["invalid_schema"]),
-                                                   (LID, bad["oversize"])] + first[80:]
+    lines = [
+        *first[:10],
+        (LID, bad["malformed_json"]),
+        *first[10:50],
+        (LID, bad["non_finite"]),
+        *first[50:80],
+        (LID, bad["invalid_schema"]),
+        (LID, bad["oversize"]),
+        *first[80:],
+    ]
     kcat_produce(broker.bootstrap, topics.contexts, lines)
     # A record on the wrong partition (a producer with another partitioner) is dead-lettered.
     wrong = (partition_for(LID, 3) + 1) % 3
-    producer.send(topics.contexts, key=LID.encode(), partition=wrong, value=json.dumps(
-        {"learner_id": LID, "event_id": "b4", "labels": ["a"], "scores": [1]}).encode())
+    producer.send(
+        topics.contexts,
+        key=LID.encode(),
+        partition=wrong,
+        value=json.dumps(
+            {"learner_id": LID, "event_id": "b4", "labels": ["a"], "scores": [1]}
+        ).encode(),
+    )
     producer.flush()
 
     decisions = read_topic(topics.decisions)
@@ -86,8 +119,11 @@ def test_contexts_decisions_feedback_metrics_and_dead_letters(
         for event_id in ids:
             label = truth[event_id]
             body = {"learner_id": LID, "event_id": event_id}
-            body.update({"label": label} if label in seen[event_id]["output"]["labels"]
-                        else {"missed": True})
+            body.update(
+                {"label": label}
+                if label in seen[event_id]["output"]["labels"]
+                else {"missed": True}
+            )
             producer.send(topics.feedback, key=LID.encode(), value=json.dumps(body).encode())
         producer.flush()
 
@@ -95,8 +131,11 @@ def test_contexts_decisions_feedback_metrics_and_dead_letters(
     send_feedback([f"e{i}" for i in range(200)])
     # Feedback re-delivered (duplicate) and feedback for an event that never existed.
     send_feedback(["e3", "e4"])
-    producer.send(topics.feedback, key=LID.encode(), value=json.dumps(
-        {"learner_id": LID, "event_id": "ghost", "missed": True}).encode())
+    producer.send(
+        topics.feedback,
+        key=LID.encode(),
+        value=json.dumps({"learner_id": LID, "event_id": "ghost", "missed": True}).encode(),
+    )
     producer.flush()
 
     # Wait until the worker has applied them, then a second wave decided with what it learned.
@@ -120,9 +159,20 @@ def test_contexts_decisions_feedback_metrics_and_dead_letters(
     assert len({o["threshold"] for o in later}) == 1
 
     reasons = {}
-    dead.wait_for(lambda rs: {"malformed_json", "non_finite", "invalid_schema", "oversize",
-                              "misrouted", "feedback_without_decision"}
-                  <= {r["reason"] for r in rs}, timeout_s=30)
+    dead.wait_for(
+        lambda rs: (
+            {
+                "malformed_json",
+                "non_finite",
+                "invalid_schema",
+                "oversize",
+                "misrouted",
+                "feedback_without_decision",
+            }
+            <= {r["reason"] for r in rs}
+        ),
+        timeout_s=30,
+    )
     for record in dead.records:
         reasons.setdefault(record["reason"], []).append(record)
     assert reasons["malformed_json"][0]["raw"] == bad["malformed_json"]
@@ -137,22 +187,33 @@ def test_contexts_decisions_feedback_metrics_and_dead_letters(
     covered = sum(truth[e] in by_id[e]["output"]["labels"] for e in by_id)
     text = worker.metrics()
     assert value(text, "banditflow_learner_decisions", learner_id=LID) == 300
-    assert value(text, "banditflow_learner_coverage", learner_id=LID) == pytest.approx(covered / 300)
+    assert value(text, "banditflow_learner_coverage", learner_id=LID) == pytest.approx(
+        covered / 300
+    )
     sizes = [r["output"]["set_size"] for r in by_id.values()]
     assert value(text, "banditflow_learner_mean_set_size", learner_id=LID) == pytest.approx(
-        np.mean(sizes))
+        np.mean(sizes)
+    )
     assert value(text, "banditflow_learner_threshold", learner_id=LID) >= later[0]["threshold"]
     assert value(text, "banditflow_regret", learner_id=LID, kind="estimate") > 0
-    assert value(text, "banditflow_records_total", topic=topics.feedback,
-                 outcome="deduplicated") == 2
-    for reason in ("malformed_json", "non_finite", "invalid_schema", "oversize", "misrouted",
-                   "feedback_without_decision"):
+    assert (
+        value(text, "banditflow_records_total", topic=topics.feedback, outcome="deduplicated") == 2
+    )
+    for reason in (
+        "malformed_json",
+        "non_finite",
+        "invalid_schema",
+        "oversize",
+        "misrouted",
+        "feedback_without_decision",
+    ):
         assert value(text, "banditflow_dead_letters_total", reason=reason) == 1, reason
     assert value(text, "banditflow_decision_latency_seconds_count") == 300
     assert value(text, "banditflow_feedback_delay_seconds_count") == 300
     if shutil.which("promtool"):
-        check = subprocess.run(["promtool", "check", "metrics"], input=text.encode(),
-                               capture_output=True, timeout=30)
+        check = subprocess.run(
+            ["promtool", "check", "metrics"], input=text.encode(), capture_output=True, timeout=30
+        )
         assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
 
 

@@ -21,17 +21,28 @@ def encode(record: dict[str, Any]) -> bytes:
 
 
 def config(**overrides: Any) -> bytes:
-    record = {"learner_id": LID, "family": "conformal", "algorithm": "sps",
-              "params": {"alpha": 0.8, "horizon": 200}, "feedback_timeout_s": 10.0,
-              "early_feedback_grace_s": 5.0}
+    record = {
+        "learner_id": LID,
+        "family": "conformal",
+        "algorithm": "sps",
+        "params": {"alpha": 0.8, "horizon": 200},
+        "feedback_timeout_s": 10.0,
+        "early_feedback_grace_s": 5.0,
+    }
     record.update(overrides)
     return encode(record)
 
 
 def context(event_id: str, scores: list[float] | None = None) -> bytes:
     scores = scores if scores is not None else [0.9, 0.5, 0.1]
-    return encode({"learner_id": LID, "event_id": event_id,
-                   "labels": [f"y{i}" for i in range(len(scores))], "scores": scores})
+    return encode(
+        {
+            "learner_id": LID,
+            "event_id": event_id,
+            "labels": [f"y{i}" for i in range(len(scores))],
+            "scores": scores,
+        }
+    )
 
 
 def feedback(event_id: str, label: str | None = "y0") -> bytes:
@@ -145,28 +156,49 @@ def test_contexts_of_a_learner_that_never_comes_are_dead_lettered() -> None:
     [
         (b"{not json", "malformed_json", "not valid UTF-8 JSON"),
         (b"[1, 2]", "malformed_json", "expected a JSON object"),
-        (b'{"learner_id": "shop", "event_id": "e", "labels": ["a"], "scores": [NaN]}',
-         "non_finite", "finite number"),
-        (b'{"learner_id": "shop", "event_id": "e", "labels": ["a"], "scores": [1e999]}',
-         "non_finite", "finite number"),
-        (b'{"learner_id": "shop", "event_id": "e", "labels": ["a", "a"], "scores": [1, 2]}',
-         "invalid_schema", "duplicate label"),
-        (b'{"learner_id": "shop", "event_id": "e", "labels": ["a"], "scores": ["1"]}',
-         "invalid_schema", "scores.0"),
-        (b'{"learner_id": "shop", "event_id": "e", "labels": ["a"], "scores": [1], "x": 1}',
-         "invalid_schema", "Extra inputs"),
-        (b'{"learner_id": "shop", "event_id": "e", "labels": ["a", "b"], "scores": [1]}',
-         "invalid_schema", "equal length"),
-        (b'{"learner_id": "shop", "event_id": "e", "labels": ["a"], "scores": [1],'
-         b' "schema_version": 9}', "invalid_schema", "schema_version"),
+        (
+            b'{"learner_id": "shop", "event_id": "e", "labels": ["a"], "scores": [NaN]}',
+            "non_finite",
+            "finite number",
+        ),
+        (
+            b'{"learner_id": "shop", "event_id": "e", "labels": ["a"], "scores": [1e999]}',
+            "non_finite",
+            "finite number",
+        ),
+        (
+            b'{"learner_id": "shop", "event_id": "e", "labels": ["a", "a"], "scores": [1, 2]}',
+            "invalid_schema",
+            "duplicate label",
+        ),
+        (
+            b'{"learner_id": "shop", "event_id": "e", "labels": ["a"], "scores": ["1"]}',
+            "invalid_schema",
+            "scores.0",
+        ),
+        (
+            b'{"learner_id": "shop", "event_id": "e", "labels": ["a"], "scores": [1], "x": 1}',
+            "invalid_schema",
+            "Extra inputs",
+        ),
+        (
+            b'{"learner_id": "shop", "event_id": "e", "labels": ["a", "b"], "scores": [1]}',
+            "invalid_schema",
+            "equal length",
+        ),
+        (
+            b'{"learner_id": "shop", "event_id": "e", "labels": ["a"], "scores": [1],'
+            b' "schema_version": 9}',
+            "invalid_schema",
+            "schema_version",
+        ),
         (b'{"learner_id": "shop", "event_id": "e"}', "learner_rejected", "non-empty 'labels'"),
-        (b'{"learner_id": "nobody", "event_id": "e", "labels": ["a"], "scores": [1]}',
-         None, None),
+        (b'{"learner_id": "nobody", "event_id": "e", "labels": ["a"], "scores": [1]}', None, None),
     ],
 )
-def test_bad_contexts_are_dead_lettered_with_a_reason(processor: Processor, raw: bytes,
-                                                      reason: str | None,
-                                                      detail: str | None) -> None:
+def test_bad_contexts_are_dead_lettered_with_a_reason(
+    processor: Processor, raw: bytes, reason: str | None, detail: str | None
+) -> None:
     before = copy.deepcopy(processor.learners)
     emitted = processor.on_context(raw, Source("contexts", 0, 42), 1.0)
     assert emitted.decisions == []

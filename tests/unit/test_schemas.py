@@ -34,8 +34,16 @@ def test_drift_is_detected(tmp_path, monkeypatch) -> None:
         ("context", {"learner_id": "a", "event_id": "1", "labels": ["x", 2], "scores": [1, 0.5]}),
         ("context", {"learner_id": "a", "event_id": "1", "features": [[0.1], [0.2]]}),
         ("feedback", {"learner_id": "a", "event_id": "1", "missed": True}),
-        ("feedback", {"learner_id": "a", "event_id": "1", "part": "human", "human_cost": 0.3,
-                      "human_reward": 1.0}),
+        (
+            "feedback",
+            {
+                "learner_id": "a",
+                "event_id": "1",
+                "part": "human",
+                "human_cost": 0.3,
+                "human_reward": 1.0,
+            },
+        ),
         ("learner_config", {"learner_id": "a", "family": "conformal", "algorithm": "sps"}),
     ],
 )
@@ -51,14 +59,31 @@ def test_valid_records_pass_both_model_and_json_schema(name: str, record: dict) 
         (Context, b'{"learner_id": "a b", "event_id": "1"}', "invalid_schema", "learner_id"),
         (Context, b'{"learner_id": "a", "event_id": ""}', "invalid_schema", "event_id"),
         (Feedback, b'{"learner_id": "a", "event_id": "1"}', "invalid_schema", "carries nothing"),
-        (Feedback, b'{"learner_id": "a", "event_id": "1", "label": "x", "missed": true}',
-         "invalid_schema", "not both"),
-        (Feedback, b'{"learner_id": "a", "event_id": "1", "human_cost": -1}', "invalid_schema",
-         "greater than or equal"),
-        (LearnerConfig, b'{"learner_id": "a", "family": "magic", "algorithm": "x"}',
-         "invalid_schema", "family"),
-        (LearnerConfig, b'{"learner_id": "a", "family": "conformal", "algorithm": "sps",'
-         b' "feedback_timeout_s": 0}', "invalid_schema", "greater than 0"),
+        (
+            Feedback,
+            b'{"learner_id": "a", "event_id": "1", "label": "x", "missed": true}',
+            "invalid_schema",
+            "not both",
+        ),
+        (
+            Feedback,
+            b'{"learner_id": "a", "event_id": "1", "human_cost": -1}',
+            "invalid_schema",
+            "greater than or equal",
+        ),
+        (
+            LearnerConfig,
+            b'{"learner_id": "a", "family": "magic", "algorithm": "x"}',
+            "invalid_schema",
+            "family",
+        ),
+        (
+            LearnerConfig,
+            b'{"learner_id": "a", "family": "conformal", "algorithm": "sps",'
+            b' "feedback_timeout_s": 0}',
+            "invalid_schema",
+            "greater than 0",
+        ),
         (Context, b"\xff\xfe", "malformed_json", "UTF-8"),
     ],
 )

@@ -142,8 +142,9 @@ def test_memory_bound_and_round_down() -> None:
 def test_state_round_trip_is_exact_and_json() -> None:
     sps, _, _ = run_pair(0.9, 800, "fixed", 900, 3, 11)
     state = json.loads(json.dumps(sps.to_state()))
-    restored = SPS.from_state({"alpha": 0.9, "horizon": 800, "schedule": "fixed", "delta": 0.05},
-                              state)
+    restored = SPS.from_state(
+        {"alpha": 0.9, "horizon": 800, "schedule": "fixed", "delta": 0.05}, state
+    )
     assert restored.to_state() == sps.to_state()
     for s in np.random.default_rng(1).normal(size=200):
         for learner in (sps, restored):
