@@ -387,6 +387,7 @@ class Processor:
             algorithm=config["algorithm"],
             learner_version=record["version"],
             output=record["output"],
+            ts=record["decided_at"],
             decided_at=record["decided_at"],
             context_ts=record["context_ts"],
             redelivered=redelivered,

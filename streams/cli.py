@@ -140,10 +140,10 @@ def cmd_schemas(args: argparse.Namespace) -> int:
     return 1 if drift else 0
 
 
-def cmd_kcat(args: argparse.Namespace) -> int:
+def run_kcat(kcat_args: list[str]) -> int:
     from streams.kcat import kcat_command
 
-    command, env = kcat_command(args.kcat_args)
+    command, env = kcat_command(kcat_args)
     os.execvpe(command[0], command, env)
 
 
@@ -216,6 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["kcat"]:
+        return run_kcat(argv[1:])
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
 
