@@ -206,12 +206,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--write", action="store_true")
     p.set_defaults(func=cmd_schemas)
 
-    p = sub.add_parser(
+    # Handled in main() before parsing, so kcat's own flags pass through; listed for --help.
+    sub.add_parser(
         "kcat",
-        help="run kcat with a librdkafka that speaks to Tansu (arguments after -- go to kcat)",
+        help="run kcat (all arguments go to it) with a librdkafka that speaks to Tansu and, "
+        "for producers, the murmur2 partitioner",
     )
-    p.add_argument("kcat_args", nargs=argparse.REMAINDER)
-    p.set_defaults(func=cmd_kcat)
     return parser
 
 

@@ -1,0 +1,284 @@
+"""The LP-based policy of Li, Chen, Wen & Leung (2019): Algorithms 1/1' (one-step) and 2 (cascade).
+
+Each round, with plug-in means ``thetahat``, ``bhat`` and ``Deltahat`` (see
+:mod:`learners.prob_graph.bound`) and ``m_j = sum_i p_ij N_i`` the expected observations:
+
+1. warm-up: play ``bestParent(j)`` while some ``O_j < warmup_observations``;        [R]
+2. realisation guard: if some ``O_j < m_j / guard_ratio`` play ``bestParent(j)``;
+3. exploit: if ``m_j >= alpha(t) bhat_j`` for all ``j``, play the empirical best arm;
+4. forced exploration: if some ``m_j < beta(n_e) / K`` play ``bestParent(j)``, ``n_e += 1``
+   (also when two arms tie for the best mean, since then ``bhat`` is infinite);
+5. LP: ``c = LP(p, bhat, Deltahat)``; play an arm with ``N_i < c_i alpha(t)``, ``n_e += 1``.
+   The spec allows any such arm; this one takes the arm expected to reveal the most arms that
+   are still below their exploit target (``sum_j p_ij [m_j < alpha(t) bhat_j]``), ties to the
+   smallest ``N_i / c_i``. Revealing first lets the side observations correct the plug-in
+   estimates before the direct plays that a noisy ``Deltahat`` makes look cheap.
+
+Streaming: the guard's ``m_j`` counts closed decisions only (in-flight ones have not been
+observed yet); the targets of steps 3-5 count in-flight decisions, so concurrent decisions do
+not overshoot. The LP solution is cached and re-solved only when the empirical best arm
+changes, some ``thetahat_j`` moves by more than ``lp_tolerance`` since the last solve, or (cascade)
+the reachability estimate changes.
+
+Cascade case: ``p`` is replaced by ``P_t``, a Monte Carlo estimate of the reachability ``r_ij``
+from ``mc_samples`` live-edge samples per refresh (pooled over refreshes), raised to at least
+``p_ij`` (a direct edge is a path) and set to 0 below ``gamma(t) = gamma0 / (1 + floor(log2 t))``
+except for each arm's most likely parent (so every arm stays observable). It is refreshed when
+``gamma`` steps down, i.e. at ``t = 1, 2, 4, 8, ...``.
+
+Reconstructed choices [R] and their parameters (spec defaults): ``alpha(t) = alpha_scale *
+log t`` (``alpha_scale=1``), ``beta(n) = beta_a * n ** beta_b`` (0.5, 0.5), the forced-exploration
+test on ``m`` or on observations (``forced_count="m"`` or ``"o"``), the warm-up
+(``warmup_observations=1``), the tie-break LP minimising ``c_i1`` (``tie_break=True``), the guard
+constant (``guard_ratio=2``), the schedule ``gamma0=0.2``. Bernoulli plug-in means are clipped
+to ``[kl_clip, 1 - kl_clip]`` (default 1e-3) so that the divergences stay finite.
+
+>>> import numpy as np
+>>> from learners.prob_graph.lp_policy import LPPolicy
+>>> from learners.prob_graph.scenarios import Environment, revealing_action, simulate
+>>> scenario = revealing_action([1.0, 0.6, 0.6, 0.6, 0.5], revealer=4)
+>>> learner = LPPolicy.from_params(scenario.learner_params())
+>>> regret = simulate(learner, Environment(scenario), horizon=2000, seed=0)
+>>> learner.summary()["arm_pulls"][4] > learner.summary()["arm_pulls"][1]  # the revealer
+True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from learners.base import JSON, LearnerError, require
+from learners.prob_graph.base import ProbGraphLearner
+from learners.prob_graph.bound import information_targets, solve_lp
+from learners.prob_graph.graph import Setting, sample_reach_counts
+
+
+def threshold_reachability(estimate: np.ndarray, gamma: float) -> np.ndarray:
+    """``estimate`` with entries below ``gamma`` set to 0, keeping each column's largest."""
+    kept = np.where(estimate >= gamma, estimate, 0.0)
+    columns = np.arange(estimate.shape[1])
+    parents = np.argmax(estimate, axis=0)
+    kept[parents, columns] = estimate[parents, columns]
+    return kept
+
+
+class LPPolicy(ProbGraphLearner):
+    """Asymptotically optimal LP-based policy (``algorithm = "lp_policy"``).
+
+    Parameters besides the shared ones: ``alpha_scale``, ``beta_a``, ``beta_b``,
+    ``forced_count``, ``guard_ratio``, ``tie_break``, ``lp_tolerance`` (default 0.01),
+    ``kl_clip``, and for the cascade case ``mc_samples`` (M, default 500) and ``gamma0``.
+    """
+
+    algorithm: ClassVar[str] = "lp_policy"
+    PARAMS: ClassVar[set[str]] = {
+        "alpha_scale",
+        "beta_a",
+        "beta_b",
+        "forced_count",
+        "guard_ratio",
+        "tie_break",
+        "lp_tolerance",
+        "kl_clip",
+        "mc_samples",
+        "gamma0",
+    }
+
+    def __init__(
+        self,
+        setting: Setting,
+        warmup_observations: int,
+        *,
+        alpha_scale: float,
+        beta_a: float,
+        beta_b: float,
+        forced_count: str,
+        guard_ratio: float,
+        tie_break: bool,
+        lp_tolerance: float,
+        kl_clip: float,
+        mc_samples: int,
+        gamma0: float,
+    ) -> None:
+        super().__init__(setting, warmup_observations)
+        self.alpha_scale = alpha_scale
+        self.beta_a = beta_a
+        self.beta_b = beta_b
+        self.forced_count = forced_count
+        self.guard_ratio = guard_ratio
+        self.tie_break = tie_break
+        self.lp_tolerance = lp_tolerance
+        self.kl_clip = kl_clip
+        self.mc_samples = mc_samples
+        self.gamma0 = gamma0
+        self.exploration_rounds = 0
+        self.lp_solves = 0
+        self.lp_cache: dict[str, Any] | None = None
+        self.reach_counts = np.zeros((setting.arms, setting.arms), dtype=np.int64)
+        self.reach_samples = 0
+        self.level = 0
+        self.matrix = setting.probabilities
+
+    @classmethod
+    def parse_options(cls, params: Mapping[str, Any]) -> dict[str, Any]:
+        options = {
+            "alpha_scale": require(params, "alpha_scale", float, 1.0),
+            "beta_a": require(params, "beta_a", float, 0.5),
+            "beta_b": require(params, "beta_b", float, 0.5),
+            "forced_count": params.get("forced_count", "m"),
+            "guard_ratio": require(params, "guard_ratio", float, 2.0),
+            "tie_break": params.get("tie_break", True),
+            "lp_tolerance": require(params, "lp_tolerance", float, 0.01),
+            "kl_clip": require(params, "kl_clip", float, 1e-3),
+            "mc_samples": require(params, "mc_samples", int, 500),
+            "gamma0": require(params, "gamma0", float, 0.2),
+        }
+        checks = {
+            "alpha_scale": (options["alpha_scale"] > 0, "> 0"),
+            "beta_a": (0 < options["beta_a"] <= 0.5, "in (0, 0.5]"),
+            "beta_b": (0 < options["beta_b"] < 1, "in (0, 1)"),
+            "forced_count": (options["forced_count"] in ("m", "o"), "'m' or 'o'"),
+            "guard_ratio": (options["guard_ratio"] > 1, "> 1"),
+            "tie_break": (isinstance(options["tie_break"], bool), "true or false"),
+            "lp_tolerance": (options["lp_tolerance"] >= 0, ">= 0"),
+            "kl_clip": (0 < options["kl_clip"] < 0.5, "in (0, 0.5)"),
+            "mc_samples": (options["mc_samples"] >= 1, ">= 1"),
+            "gamma0": (0 < options["gamma0"] <= 1, "in (0, 1]"),
+        }
+        for name, (valid, expected) in checks.items():
+            if not valid:
+                raise LearnerError(f"parameter {name!r} must be {expected}, got {options[name]!r}")
+        return options
+
+    def plugin_means(self) -> np.ndarray:
+        """``thetahat``; Bernoulli estimates are clipped into ``[kl_clip, 1 - kl_clip]``."""
+        means = self.means()
+        if self.setting.rewards == "bernoulli":
+            return np.clip(means, self.kl_clip, 1.0 - self.kl_clip)
+        return means
+
+    def feedback_matrix(self, round_index: int, rng: np.random.Generator) -> np.ndarray:
+        """``p`` (one-step) or the thresholded reachability estimate ``P_t`` (cascade)."""
+        if self.setting.case == "cascade":
+            level = round_index.bit_length() - 1  # floor(log2 t)
+            if self.reach_samples == 0 or level > self.level:
+                self.reach_counts += sample_reach_counts(
+                    self.setting.probabilities, self.mc_samples, rng
+                )
+                self.reach_samples += self.mc_samples
+                self.level = level
+                self._refresh_matrix()
+        return self.matrix
+
+    def _refresh_matrix(self) -> None:
+        estimate = np.maximum(self.reach_counts / self.reach_samples, self.setting.probabilities)
+        self.matrix = threshold_reachability(estimate, self.gamma0 / (1 + self.level))
+
+    def select(self, round_index: int, rng: np.random.Generator) -> tuple[int, str]:
+        matrix = self.feedback_matrix(round_index, rng)
+        arm = self.warmup_arm(matrix)
+        if arm is not None:
+            return arm, "warmup"
+        parents = np.argmax(matrix, axis=0)
+        shortfall = matrix.T @ self.plays / self.guard_ratio - self.observations
+        if np.any(shortfall > 0):
+            return int(parents[np.argmax(shortfall)]), "guard"
+        theta = self.plugin_means()
+        best, targets, gaps = information_targets(theta, self.setting.rewards)
+        pulls = self.plays + self.in_flight
+        expected = matrix.T @ pulls
+        alpha = self.alpha_scale * math.log(round_index)
+        finite = bool(np.all(np.isfinite(targets)))
+        if finite and np.all(expected >= alpha * targets):
+            return best, "exploit"
+        if self.forced_count == "m":
+            count = expected
+        else:
+            count = self.observations + matrix.T @ self.in_flight
+        deficit = count - self.beta_a * self.exploration_rounds**self.beta_b / self.arms
+        if np.any(deficit < 0) or not finite:
+            if np.any(deficit < 0):
+                target = int(np.argmin(deficit))
+            else:
+                tied = np.flatnonzero(~np.isfinite(targets))
+                target = int(tied[np.argmin(expected[tied])])
+            self.exploration_rounds += 1
+            return int(parents[target]), "forced"
+        allocation = self.allocation(matrix, theta, best, targets, gaps)
+        self.exploration_rounds += 1
+        return self.lp_arm(matrix, allocation * alpha, pulls, expected < alpha * targets), "lp"
+
+    @staticmethod
+    def lp_arm(
+        matrix: np.ndarray, target_pulls: np.ndarray, pulls: np.ndarray, short: np.ndarray
+    ) -> int:
+        """Among the arms below their target pulls, the one expected to reveal the most arms
+        that are still short of observations; ties go to the smallest ``N_i / target_i``."""
+        below = np.flatnonzero(pulls < target_pulls)
+        if below.size == 0:  # a cached c for slightly older estimates, or LP rounding
+            below = np.flatnonzero(target_pulls > 0)
+        informative = matrix[below] @ short
+        best = below[informative >= informative.max() - 1e-12]
+        return int(best[np.argmin(pulls[best] / target_pulls[best])])
+
+    def allocation(
+        self,
+        matrix: np.ndarray,
+        theta: np.ndarray,
+        best: int,
+        targets: np.ndarray,
+        gaps: np.ndarray,
+    ) -> np.ndarray:
+        """The LP solution ``c`` for the plug-in quantities, from the cache when still valid."""
+        cache = self.lp_cache
+        if (
+            cache is None
+            or cache["best"] != best
+            or cache["level"] != self.level
+            or np.max(np.abs(theta - np.asarray(cache["theta"]))) > self.lp_tolerance
+        ):
+            _, solution = solve_lp(matrix, targets, gaps, best, tie_break=self.tie_break)
+            cache = {
+                "c": solution.tolist(),
+                "theta": theta.tolist(),
+                "best": best,
+                "level": self.level,
+            }
+            self.lp_cache = cache
+            self.lp_solves += 1
+        return np.asarray(cache["c"])
+
+    def summary(self) -> dict[str, float | list[float]]:
+        return {
+            **super().summary(),
+            "exploration_rounds": float(self.exploration_rounds),
+            "lp_solves": float(self.lp_solves),
+        }
+
+    def to_state(self) -> JSON:
+        state = super().to_state()
+        state["exploration_rounds"] = self.exploration_rounds
+        state["lp_solves"] = self.lp_solves
+        state["lp_cache"] = None if self.lp_cache is None else dict(self.lp_cache)
+        if self.setting.case == "cascade":
+            state["reach_counts"] = self.reach_counts.tolist()
+            state["reach_samples"] = self.reach_samples
+            state["level"] = self.level
+        return state
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        super().load_state(state)
+        self.exploration_rounds = int(state["exploration_rounds"])
+        self.lp_solves = int(state["lp_solves"])
+        cache = state["lp_cache"]
+        self.lp_cache = None if cache is None else dict(cache)
+        if self.setting.case == "cascade":
+            self.reach_counts = np.array(state["reach_counts"], dtype=np.int64)
+            self.reach_samples = int(state["reach_samples"])
+            self.level = int(state["level"])
+            if self.reach_samples:
+                self._refresh_matrix()

@@ -1,0 +1,285 @@
+"""Branches, LP cache, in-flight counting and cascade refresh of the prob_graph lp_policy."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from learners.base import LearnerError
+from learners.prob_graph import LPPolicy
+from learners.prob_graph.bound import information_targets
+
+# Every arm observes itself; arm 2 also reveals arms 0 and 1 with probability 0.9.
+REVEALING: dict[str, Any] = {
+    "arms": 3,
+    "edges": [[0, 0, 1.0], [1, 1, 1.0], [2, 2, 1.0], [2, 0, 0.9], [2, 1, 0.9]],
+}
+
+
+def learner_in_state(
+    plays: list[int],
+    observations: list[int],
+    means: list[float],
+    *,
+    exploration_rounds: int = 0,
+    **params: Any,
+) -> LPPolicy:
+    """An lp_policy whose closed plays, observations and empirical means are given."""
+    learner = LPPolicy.from_params({**REVEALING, **params})
+    state = learner.to_state()
+    state.update(
+        decisions=sum(plays),
+        plays=plays,
+        observations=observations,
+        reward_sums=[m * o for m, o in zip(means, observations, strict=True)],
+        exploration_rounds=exploration_rounds,
+    )
+    learner.load_state(state)
+    return learner
+
+
+def decide(learner: LPPolicy, seed: int = 0) -> tuple[int, str, dict[str, Any]]:
+    decided = learner.decide({}, np.random.default_rng(seed))
+    return decided.output["arm"], decided.output["branch"], dict(decided.pending)
+
+
+def test_warmup_plays_best_parents_and_counts_in_flight() -> None:
+    learner = LPPolicy.from_params(REVEALING)
+    first = decide(learner)
+    assert first[:2] == (0, "warmup")  # bestParent(0) = 0 (p=1 beats the revealer's 0.9)
+    # Arm 0's observation is in flight, so the next warm-up targets arm 1.
+    assert decide(learner)[:2] == (1, "warmup")
+    learner.learn(first[2], {"rewards": {"0": 1.0}, "complete": True})
+    assert decide(learner)[:2] == (2, "warmup")
+
+
+def test_warmup_ends_once_every_arm_is_observed() -> None:
+    learner = LPPolicy.from_params(REVEALING)
+    arm, branch, pending = decide(learner)
+    learner.learn(pending, {"rewards": {"0": 1.0}, "complete": True})
+    for _ in range(2):
+        arm, branch, pending = decide(learner)
+        assert branch == "warmup"
+        learner.learn(pending, {"rewards": {str(arm): 0.0}, "complete": True})
+    assert decide(learner)[1] != "warmup"
+
+
+def test_realisation_guard_fires_when_observations_lag_closed_plays() -> None:
+    # Ten closed revealer plays: m = (9, 9, 10), but arm 0 and 1 were observed once each.
+    learner = learner_in_state([0, 0, 10], [1, 1, 10], [1.0, 0.0, -1.0])
+    assert decide(learner)[:2] == (0, "guard")
+
+
+def test_guard_ignores_in_flight_plays_but_targets_count_them() -> None:
+    learner = learner_in_state([0, 0, 0], [1, 1, 1], [1.0, 0.0, -1.0])
+    state = learner.to_state()
+    state["decisions"] = 10
+    state["open"] = {str(n): [2, []] for n in range(1, 11)}  # ten revealer plays in flight
+    learner.load_state(state)
+    # In flight: m = (9, 9, 10) counts for the exploit test (alpha = log 11, b = (2, 2, 0.5)),
+    # while the guard, on closed plays only, sees m = 0 and does not fire.
+    assert decide(learner)[:2] == (0, "exploit")
+
+
+def test_exploit_when_every_arm_has_enough_expected_observations() -> None:
+    learner = learner_in_state([1000, 1000, 1000], [1900, 1900, 1000], [1.0, 0.0, -1.0])
+    assert decide(learner)[:2] == (0, "exploit")
+    assert learner.exploration_rounds == 0
+
+
+@pytest.mark.parametrize(("forced_count", "expected_arm"), [("m", 2), ("o", 1)])
+def test_forced_exploration_on_expected_or_real_observations(
+    forced_count: str, expected_arm: int
+) -> None:
+    # m = P^T N = (27.2, 15.2, 8), O = (27, 9, 10), beta(3600) / K = 0.5 * 60 / 3 = 10.
+    # The deficit test on m points at arm 2, the one on O at arm 1; bestParent(j) = j.
+    learner = learner_in_state(
+        [20, 8, 8],
+        [27, 9, 10],
+        [1.0, 0.5, 0.0],
+        exploration_rounds=3600,
+        forced_count=forced_count,
+    )
+    assert decide(learner)[:2] == (expected_arm, "forced")
+    assert learner.exploration_rounds == 3601
+    assert learner.lp_solves == 0
+
+
+def test_tied_best_means_go_to_forced_exploration() -> None:
+    learner = learner_in_state([5, 5, 5], [10, 10, 5], [1.0, 1.0, 0.0])
+    arm, branch, _ = decide(learner)
+    assert branch == "forced"
+    assert arm in (0, 1)
+
+
+def lp_state(**params: Any) -> LPPolicy:
+    # alpha = log 12, b = (8, 8, 5.6): exploit fails, n_e = 0 so no forced exploration.
+    return learner_in_state([9, 1, 1], [10, 2, 1], [1.0, 0.5, 0.4], **params)
+
+
+def test_lp_branch_plays_the_most_revealing_arm_below_target() -> None:
+    learner = lp_state()
+    arm, branch, _ = decide(learner)
+    assert (arm, branch) == (2, "lp")
+    assert learner.exploration_rounds == 1
+    assert learner.lp_solves == 1
+    c = np.array(learner.lp_cache["c"])
+    _, targets, _ = information_targets(np.array([1.0, 0.5, 0.4]), "gaussian")
+    P = LPPolicy.from_params(REVEALING).setting.probabilities
+    assert np.all(P.T @ c >= targets * (1 - 1e-7))
+
+
+def test_lp_is_re_solved_only_when_plug_in_quantities_change() -> None:
+    learner = lp_state(lp_tolerance=0.05)
+    _, branch, pending = decide(learner)
+    assert branch == "lp"
+    assert decide(learner)[1] == "lp"
+    assert learner.lp_solves == 1  # same plug-in estimates: cached
+    # Arm 1: (1.0 + 0.6) / 3 = 0.533, moved by 0.033 < 0.05: still cached.
+    learner.learn(pending, {"rewards": {"1": 0.6}, "complete": False})
+    assert decide(learner)[1] == "lp"
+    assert learner.lp_solves == 1
+    # Arm 2: (0.4 - 0.2) / 2 = 0.1, moved by 0.3: re-solved.
+    learner.learn(pending, {"rewards": {"2": -0.2}, "complete": False})
+    assert decide(learner)[1] == "lp"
+    assert learner.lp_solves == 2
+
+
+def test_lp_is_re_solved_when_the_empirical_best_arm_changes() -> None:
+    learner = lp_state(lp_tolerance=100.0)
+    _, _, pending = decide(learner)
+    assert learner.lp_solves == 1
+    learner.learn(pending, {"rewards": {"1": 2.5}, "complete": False})  # arm 1: 3.5 / 3 > 1
+    _, branch, _ = decide(learner)
+    assert branch == "lp"
+    assert learner.lp_cache["best"] == 1
+    assert learner.lp_solves == 2
+
+
+def test_in_flight_decisions_fill_targets_without_overshooting() -> None:
+    learner = lp_state()
+    branches = []
+    for _ in range(200):
+        branches.append(decide(learner)[1])
+        if branches[-1] == "exploit":
+            break
+    # No feedback at all: only the in-flight count can satisfy the exploit test.
+    assert branches[-1] == "exploit"
+    assert set(branches[:-1]) == {"lp"}
+    P = learner.setting.probabilities
+    _, targets, _ = information_targets(np.array([1.0, 0.5, 0.4]), "gaussian")
+    alpha = math.log(learner.decisions)
+    expected = P.T @ (learner.plays + learner.in_flight)
+    assert np.all(expected >= alpha * targets)
+    # The LP plays stop at the LP targets c_i alpha(t): no overshoot past the allocation.
+    c = np.array(learner.lp_cache["c"])
+    lp_plays = learner.in_flight.copy()
+    lp_plays[0] -= 1  # the final exploit decision
+    assert np.all(learner.plays + lp_plays <= np.maximum(np.ceil(c * alpha), learner.plays))
+    assert learner.summary()["in_flight"] == len(branches)
+
+
+def cascade_learner(**params: Any) -> LPPolicy:
+    return LPPolicy.from_params(
+        {
+            "arms": 3,
+            "edges": [[0, 1, 0.9], [1, 2, 0.5], [2, 0, 0.3], [1, 1, 1.0]],
+            "case": "cascade",
+            "mc_samples": 200,
+            **params,
+        }
+    )
+
+
+def test_cascade_refreshes_reachability_when_gamma_steps_down() -> None:
+    learner = cascade_learner()
+    rng = np.random.default_rng(0)
+    samples = []
+    for _ in range(9):
+        decided = learner.decide({}, rng)
+        learner.expire(decided.pending)
+        samples.append(learner.reach_samples)
+    # gamma(t) = gamma0 / (1 + floor(log2 t)) steps down at t = 2, 4, 8.
+    assert samples == [200, 400, 400, 600, 600, 600, 600, 800, 800]
+    matrix = learner.feedback_matrix(9, rng)
+    assert matrix[0, 2] == pytest.approx(0.45, abs=0.08)  # r_02 = 0.9 * 0.5 via arm 1
+    assert np.all(matrix >= learner.setting.probabilities)  # a direct edge is a path
+
+
+def test_cascade_threshold_drops_unlikely_paths_but_keeps_best_parents() -> None:
+    learner = cascade_learner(gamma0=1.0)
+    learner.feedback_matrix(1, np.random.default_rng(0))  # gamma = 1: only best parents stay
+    kept = learner.matrix > 0
+    assert kept.sum(axis=0).tolist() == [1, 1, 1]
+    assert np.argmax(learner.matrix, axis=0).tolist() == [2, 1, 1]
+
+
+def test_cascade_feedback_may_reveal_reachable_arms() -> None:
+    learner = cascade_learner()
+    decided = learner.decide({}, np.random.default_rng(0))
+    assert decided.output["arm"] == 2  # warm-up: bestParent(0) = 2 (r_20 = 0.3 direct)
+    learned = learner.learn(decided.pending, {"rewards": {"0": 1.0, "1": 0.5, "2": 0.1}})
+    assert learned.done
+    assert learned.metrics == {"reward": 0.1}
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"beta_a": 0.7}, "beta_a"),
+        ({"beta_b": 1.0}, "beta_b"),
+        ({"forced_count": "x"}, "forced_count"),
+        ({"guard_ratio": 1.0}, "guard_ratio"),
+        ({"tie_break": "yes"}, "tie_break"),
+        ({"mc_samples": 0}, "mc_samples"),
+        ({"gamma0": 0.0}, "gamma0"),
+        ({"alpha_scale": "fast"}, "alpha_scale"),
+        ({"kl_clip": 0.5}, "kl_clip"),
+        ({"lp_tolerance": -1.0}, "lp_tolerance"),
+        ({"alpha": 1.0}, "unknown parameter"),
+    ],
+)
+def test_invalid_parameters_are_named(params: dict[str, Any], message: str) -> None:
+    with pytest.raises(LearnerError, match=message):
+        LPPolicy.from_params({**REVEALING, **params})
+
+
+def run_with_delay(learner: LPPolicy, rounds: int, seed: int) -> list[dict[str, Any]]:
+    """Decide ``rounds`` times, answering each decision three decisions later."""
+    rng = np.random.default_rng(seed)
+    outputs, waiting = [], []
+    for _ in range(rounds):
+        decided = learner.decide({}, rng)
+        outputs.append(decided.output)
+        arm = decided.output["arm"]
+        revealed = np.flatnonzero(rng.random(3) < learner.setting.probabilities[arm])
+        rewards = {str(j): float(rng.normal([1.0, 0.5, 0.2][j])) for j in revealed}
+        waiting.append((decided.pending, {"rewards": rewards, "complete": True}))
+        if len(waiting) > 3:
+            learner.learn(*waiting.pop(0))
+    return outputs
+
+
+@pytest.mark.parametrize("case", ["one_step", "cascade"])
+def test_state_round_trip_continues_identically(case: str) -> None:
+    params = {**REVEALING, "case": case, "mc_samples": 50}
+    learner = LPPolicy.from_params(params)
+    run_with_delay(learner, 300, seed=1)
+    state = learner.to_state()
+    assert state["open"]  # decisions in flight are part of the state
+    restored = LPPolicy.from_state(params, json.loads(json.dumps(state)))
+    assert restored.to_state() == state
+    assert run_with_delay(restored, 200, seed=2) == run_with_delay(learner, 200, seed=2)
+    assert restored.to_state() == learner.to_state()
+
+
+def test_decisions_are_deterministic_given_the_seed() -> None:
+    params = {**REVEALING, "case": "cascade", "mc_samples": 50}
+    first = run_with_delay(LPPolicy.from_params(params), 300, seed=7)
+    second = run_with_delay(LPPolicy.from_params(params), 300, seed=7)
+    assert first == second
+    assert {output["branch"] for output in first} >= {"warmup", "lp", "exploit"}
