@@ -80,6 +80,23 @@ def event_seed(seed: int, event_id: str) -> np.random.Generator:
     return np.random.default_rng([seed, int.from_bytes(digest, "little")])
 
 
+class LazyGenerator:
+    """Stands in for :func:`event_seed`'s generator and builds it on first use: seeding costs
+    tens of microseconds, and deterministic learners (SPS) never draw."""
+
+    __slots__ = ("_event_id", "_generator", "_seed")
+
+    def __init__(self, seed: int, event_id: str) -> None:
+        self._seed = seed
+        self._event_id = event_id
+        self._generator: np.random.Generator | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._generator is None:
+            self._generator = event_seed(self._seed, self._event_id)
+        return getattr(self._generator, name)
+
+
 def pending_key(learner_id: str, event_id: str) -> str:
     return f"{learner_id}/{event_id}"
 
@@ -101,7 +118,11 @@ class Processor:
         retention_s: float = 600.0,
         unknown_learner_grace_s: float = 10.0,
         expected_partition: Callable[[str], int] | None = None,
+        persist_state: bool = True,
     ) -> None:
+        """``persist_state=False`` writes learner state only on :meth:`flush_state`: for
+        single-process replay, where this processor's cached learners are authoritative and
+        serialising the state on every event would dominate the cost."""
         self.learners = learners
         self.pending = pending
         self.limits = limits or Limits()
@@ -109,12 +130,21 @@ class Processor:
         self.retention_s = retention_s
         self.unknown_learner_grace_s = unknown_learner_grace_s
         self.expected_partition = expected_partition
+        self.persist_state = persist_state
+        self._report_gauges = not isinstance(self.sink, NullSink)
         self._cache: dict[str, tuple[int, Learner]] = {}
 
     # ------------------------------------------------------------------ helpers
     def forget_cache(self) -> None:
         """Drop deserialised learners (call when partitions are revoked or reassigned)."""
         self._cache.clear()
+
+    def flush_state(self) -> None:
+        """Write every cached learner's state into its entry (see ``persist_state``)."""
+        for learner_id, (revision, learner) in self._cache.items():
+            entry = self.learners.get(learner_id)
+            if entry is not None and entry["revision"] == revision:
+                self.learners[learner_id] = {**entry, "state": learner.to_state()}
 
     def _dead(
         self,
@@ -236,10 +266,13 @@ class Processor:
 
     def _write(self, learner_id: str, entry: Entry, learner: Learner) -> None:
         """Persist the entry (a fresh object: tables must see every change as a set)."""
-        entry["state"] = learner.to_state()
+        if self.persist_state:
+            entry["state"] = learner.to_state()
         entry["revision"] += 1
         self.learners[learner_id] = entry
         self._cache[learner_id] = (entry["revision"], learner)
+        if not self._report_gauges:
+            return
         config = entry["config"]
         self.sink.learner_state(
             learner_id,
@@ -253,8 +286,8 @@ class Processor:
         """A copy of ``entry`` whose mutable parts can change without touching the store."""
         fresh = dict(entry)
         fresh["stats"] = dict(entry["stats"])
-        fresh["settled"] = copy.deepcopy(entry["settled"])
-        fresh["parts"] = copy.deepcopy(entry["parts"])
+        fresh["settled"] = {**entry["settled"], "above": list(entry["settled"]["above"])}
+        fresh["parts"] = {seq: list(parts) for seq, parts in entry["parts"].items()}
         return fresh
 
     # ------------------------------------------------------------------ config
@@ -338,7 +371,8 @@ class Processor:
         learner = self._learner(lid, entry)
         fields = context.model_dump(exclude=ENVELOPE, exclude_none=True)
         try:
-            decided = learner.decide(fields, event_seed(config["seed"], eid))
+            rng = LazyGenerator(config["seed"], eid)
+            decided = learner.decide(fields, rng)  # type: ignore[arg-type]
         except (LearnerError, ValueError, TypeError, IndexError, KeyError) as exc:
             self._cache.pop(lid, None)
             reason = "learner_rejected" if isinstance(exc, LearnerError) else "learner_error"

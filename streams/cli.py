@@ -155,6 +155,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from streams.evaluation import run_evaluate
+
+    return run_evaluate(args)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from streams.demo import run_demo
 
@@ -201,6 +207,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="directory for broker and worker logs (default: %(default)s)",
     )
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("evaluate", help="replay a log through the processors offline and "
+                                        "report (summary.json, trajectory.jsonl, plots)")
+    from streams.evaluation import add_evaluate_options
+
+    add_evaluate_options(p)
+    p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("schemas", help="check (default) or --write the published JSON Schemas")
     p.add_argument("--write", action="store_true")
