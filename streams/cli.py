@@ -161,6 +161,17 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return run_evaluate(args)
 
 
+def cmd_make_log(args: argparse.Namespace) -> int:
+    from streams.logs import builders
+
+    known = builders()
+    if args.task not in known:
+        raise SystemExit(f"unknown log {args.task!r}; known: {', '.join(sorted(known))}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    print(f"{args.out}: {known[args.task](args.out, args.rounds, args.seed)}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from streams.demo import run_demo
 
@@ -214,6 +225,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_evaluate_options(p)
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("make-log", help="build an evaluation log from bundled data or a "
+                                        "simulation (no downloads)")
+    p.add_argument("task", help="which log (an unknown name lists them)")
+    p.add_argument("--rounds", type=int, default=10_000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, required=True)
+    p.set_defaults(func=cmd_make_log)
 
     p = sub.add_parser("schemas", help="check (default) or --write the published JSON Schemas")
     p.add_argument("--write", action="store_true")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -22,15 +23,25 @@ import numpy as np
 from streams.evaluation.engine import Delay, Progress, replay
 from streams.evaluation.report import comparison_table, plot_curves, write_run
 
-TASKS = {"conformal": "streams.evaluation.conformal"}
+TASKS = {family: f"streams.evaluation.{family}" for family in
+         ("conformal", "graph_cb", "deferral", "prob_graph")}
 
 
 def task_module(family: str) -> ModuleType:
-    return importlib.import_module(TASKS[family])
+    try:
+        return importlib.import_module(TASKS[family])
+    except ModuleNotFoundError as exc:
+        if exc.name != TASKS[family]:
+            raise
+        raise SystemExit(f"evaluation of family {family!r} is not available yet") from None
+
+
+def available_families() -> list[str]:
+    return [f for f in sorted(TASKS) if importlib.util.find_spec(TASKS[f]) is not None]
 
 
 def add_evaluate_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--family", required=True, choices=sorted(TASKS))
+    parser.add_argument("--family", required=True, choices=available_families())
     parser.add_argument(
         "--learner", required=True, help="algorithm, or a comma-separated list to compare"
     )
@@ -68,7 +79,7 @@ def add_evaluate_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    for family in sorted(TASKS):
+    for family in available_families():
         task_module(family).add_options(parser.add_argument_group(f"{family} options"))
 
 
