@@ -1,7 +1,8 @@
 """The ``graph_cb`` family: contextual bandits with feedback graphs (SquareCB.G and baselines).
 
 Solver API: :func:`min_dec_distribution` (p minimising the decision estimation coefficient,
-closed forms for the named graphs, a certified interior-point method otherwise) and
+closed forms for the named graphs, a certified compiled primal-dual interior-point method
+otherwise, optionally warm-started through a :class:`WarmStart`) and
 :func:`decision_estimation_coefficient` (dec of any p).
 
 >>> import numpy as np
@@ -17,6 +18,7 @@ from learners.base import Learner
 from learners.graph_cb.algorithms import EpsilonGreedy, SquareCB, SquareCBG
 from learners.graph_cb.solver import (
     SOLVERS,
+    WarmStart,
     decision_estimation_coefficient,
     min_dec_distribution,
 )
@@ -27,6 +29,7 @@ __all__ = [
     "EpsilonGreedy",
     "SquareCB",
     "SquareCBG",
+    "WarmStart",
     "decision_estimation_coefficient",
     "min_dec_distribution",
 ]

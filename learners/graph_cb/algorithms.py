@@ -15,14 +15,16 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
-from learners.base import LearnerError, require
+from learners.base import JSON, LearnerError, require
 from learners.graph_cb.base import GraphCBLearner
 from learners.graph_cb.solver import (
     SOLVERS,
+    WarmStart,
     decision_estimation_coefficient,
     min_dec_distribution,
 )
@@ -31,19 +33,39 @@ from learners.graph_cb.solver import (
 class SquareCBG(GraphCBLearner):
     """SquareCB.G: play ``argmin_p dec_gamma(p; fhat, G)`` (parameter ``solver``, default
     ``auto``: closed forms for the graphs that have one, the numeric solver otherwise).
-    The only algorithm that may use the ``doubling`` gamma schedule (it needs min dec)."""
+    The only algorithm that may use the ``doubling`` gamma schedule (it needs min dec).
+
+    The numeric solver is warm-started from the previous round's solution (parameter
+    ``warm_start``, default true); that state is part of the checkpoint, so a restored learner
+    decides exactly as the original would have."""
 
     algorithm: ClassVar[str] = "squarecb_g"
-    EXTRA_PARAMS: ClassVar[set[str]] = {"solver"}
+    EXTRA_PARAMS: ClassVar[set[str]] = {"solver", "warm_start"}
 
     def check_params(self) -> None:
         if self.params.get("solver", "auto") not in SOLVERS:
             raise LearnerError(f"parameter 'solver' must be one of {', '.join(SOLVERS)}")
+        warm = self.params.get("warm_start", True)
+        if not isinstance(warm, bool):
+            raise LearnerError(f"parameter 'warm_start' must be true or false, got {warm!r}")
+        self.warm_start = WarmStart() if warm else None
 
     def distribution(
         self, fhat: np.ndarray, graph: np.ndarray, gamma: float
     ) -> tuple[np.ndarray, float]:
-        return min_dec_distribution(fhat, graph, gamma, solver=self.params.get("solver", "auto"))
+        return min_dec_distribution(fhat, graph, gamma, solver=self.params.get("solver", "auto"),
+                                    warm_start=self.warm_start)
+
+    def to_state(self) -> JSON:
+        state = super().to_state()
+        if self.warm_start is not None:
+            state["warm_start"] = self.warm_start.to_state()
+        return state
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        super().load_state(state)
+        if self.warm_start is not None:  # checkpoints from before warm starts have none
+            self.warm_start.load_state(state.get("warm_start") or {})
 
 
 class SquareCB(GraphCBLearner):

@@ -180,3 +180,28 @@ def test_bad_contexts_are_rejected(context: dict, message: str) -> None:
     learner = ALGORITHMS["squarecb_g"].from_params(BASE)
     with pytest.raises(LearnerError, match=message):
         learner.decide(context, np.random.default_rng(0))
+
+
+def test_squarecb_g_warm_start_is_checkpointed() -> None:
+    params = {"actions": 5, "feature_dim": 4, "update": "rls", "solver": "numeric"}
+    learner = ALGORITHMS["squarecb_g"].from_params(params)
+    run(learner, seed=13, rounds=20)
+    assert learner.warm_start.method == "warm"  # per-event graphs, numeric solver, warm starts
+    state = json.loads(json.dumps(learner.to_state()))
+    assert state["warm_start"]["p"] is not None
+    restored = ALGORITHMS["squarecb_g"].from_state(params, state)
+    assert restored.to_state() == state
+    rng = np.random.default_rng(21)
+    for x, graph, *_ in stream(rng, 5, 5, 4):  # identical decisions, p bit for bit
+        context = {"features": x.tolist(), "graph": graph.tolist()}
+        first = learner.decide(context, np.random.default_rng(5)).output
+        second = restored.decide(context, np.random.default_rng(5)).output
+        assert first == second
+    cold = ALGORITHMS["squarecb_g"].from_params({**params, "warm_start": False})
+    assert cold.warm_start is None and "warm_start" not in cold.to_state()
+    run(cold, seed=13, rounds=5)
+    # checkpoints from before warm starts restore (and start cold)
+    legacy = {key: value for key, value in state.items() if key != "warm_start"}
+    assert ALGORITHMS["squarecb_g"].from_state(params, legacy).warm_start.p is None
+    with pytest.raises(LearnerError, match="warm_start"):
+        ALGORITHMS["squarecb_g"].from_params({**params, "warm_start": "yes"})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -9,8 +10,10 @@ import numpy as np
 import pytest
 
 from learners.base import LearnerError
-from learners.graph_cb import decision_estimation_coefficient, min_dec_distribution
+from learners.graph_cb import decision_estimation_coefficient, min_dec_distribution, primal_dual
+from learners.graph_cb import solver as solver_module
 from learners.graph_cb.graphs import detect_kind, independence_number, named_graph
+from learners.graph_cb.solver import WarmStart
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 pytest.importorskip("cvxpy")
@@ -178,3 +181,79 @@ def test_closed_forms_are_constant_factor_optimal(kind: str, bound: float) -> No
         assert dec <= bound * independence_number(graph) / gamma + 1e-12
         if kind != "self_aware":  # alpha = 1: the bound also holds relative to the optimum
             assert dec <= 3.0 * optimum + 1e-9
+
+
+def drifting_sequence(kind: str, actions: int, rounds: int, seed: int):
+    """A realistic learner sequence: one graph and gamma, f drifting by N(0, 0.01^2)."""
+    rng = np.random.default_rng(seed)
+    graph = random_graph(kind, actions, rng)
+    fhat = rng.uniform(-1.0, 1.0, actions)
+    gamma = float(rng.choice(GAMMAS))
+    for _ in range(rounds):
+        yield fhat, graph, gamma
+        fhat = np.clip(fhat + rng.normal(0.0, 0.01, actions), -1.0, 1.0)
+
+
+@pytest.mark.parametrize("kind", ["strong", "weak", "stochastic"])
+@pytest.mark.parametrize("actions", [5, 20])
+def test_warm_start_matches_cold_solves(kind: str, actions: int) -> None:
+    state = WarmStart()
+    methods = []
+    for fhat, graph, gamma in drifting_sequence(kind, actions, 12, actions + len(kind)):
+        p_warm, dec_warm = min_dec_distribution(fhat, graph, gamma, solver="numeric",
+                                                warm_start=state)
+        methods.append(state.method)
+        _, dec_cold = min_dec_distribution(fhat, graph, gamma, solver="numeric")
+        assert_distribution(p_warm, actions)
+        assert dec_warm == pytest.approx(decision_estimation_coefficient(p_warm, fhat, graph,
+                                                                         gamma))
+        # both are certified within 0.1% of the optimum
+        assert abs(dec_warm - dec_cold) <= 2e-3 * dec_cold + 2e-7
+    assert methods[0] == "primal_dual" and methods[1:].count("warm") >= 9
+
+
+def test_warm_start_survives_a_new_graph_and_size() -> None:
+    state = WarmStart()
+    rng = np.random.default_rng(8)
+    for actions in (6, 6, 9):
+        graph, fhat = random_graph("weak", actions, rng), rng.uniform(-1.0, 1.0, actions)
+        p, dec = min_dec_distribution(fhat, graph, 100.0, solver="numeric", warm_start=state)
+        _, optimum = reference_min_dec(fhat, graph, 100.0)
+        assert_distribution(p, actions)
+        assert optimum - 1e-6 <= dec <= optimum * 1.01 + 1e-6
+    restored = WarmStart()
+    restored.load_state(json.loads(json.dumps(state.to_state())))
+    assert restored.to_state() == state.to_state()
+    assert np.array_equal(restored.p, state.p) and np.array_equal(restored.lam, state.lam)
+
+
+@pytest.mark.parametrize("disable", ["iterations", "numba"])
+def test_fallback_to_the_barrier_method(disable: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if disable == "iterations":  # too few steps to certify: the certificate fails
+        monkeypatch.setattr(solver_module, "_PRIMAL_DUAL_ITERATIONS", 1)
+        monkeypatch.setattr(solver_module, "_WARM_ITERATIONS", 1)
+    else:
+        monkeypatch.setattr(primal_dual, "AVAILABLE", False)
+    state = WarmStart()
+    for fhat, graph, gamma in drifting_sequence("stochastic", 8, 3, 4):
+        p, dec = min_dec_distribution(fhat, graph, gamma, solver="numeric", warm_start=state)
+        _, optimum = reference_min_dec(fhat, graph, gamma)
+        assert state.method == "barrier" and state.p is None
+        assert_distribution(p, 8)
+        assert optimum - 1e-6 <= dec <= optimum * 1.01 + 1e-6
+
+
+def test_primal_dual_certificate_is_a_valid_bound() -> None:
+    rng = np.random.default_rng(12)
+    for kind in ("strong", "weak", "stochastic"):
+        graph, fhat, gamma = random_graph(kind, 10, rng), rng.uniform(-1.0, 1.0, 10), 100.0
+        gaps = gamma * (fhat - fhat.min())
+        for iterations in (1, 3, 60):  # any iterate's bound is below the optimum
+            p, lam, upper, lower, used = primal_dual.solve(
+                gaps, graph, np.ones(10), np.ones(10), 1.0, 1e-3, 1e-7 * gamma, iterations
+            )
+            _, optimum = reference_min_dec(fhat, graph, gamma)
+            assert lower / gamma <= optimum + 1e-6 and upper / gamma >= optimum - 1e-6
+            assert upper / gamma == pytest.approx(
+                decision_estimation_coefficient(p, fhat, graph, gamma))
+            assert used <= iterations and lam.sum() == pytest.approx(1.0)
