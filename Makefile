@@ -37,7 +37,7 @@ test: $(STAMP) system-deps lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
-	$(BIN)/python -m pytest tests/benchmarks -s -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/benchmarks -s -o python_files="bench_*.py" $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache
