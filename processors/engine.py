@@ -297,6 +297,11 @@ class Processor:
         if raw is None:
             if key and self.learners.pop(key, None) is not None:
                 self._cache.pop(key, None)
+                # A re-created learner restarts at version 1: its predecessor's decisions
+                # must not match its feedback.
+                prefix = f"{key}/"
+                for pending in [k for k, _ in self.pending.items() if k.startswith(prefix)]:
+                    del self.pending[pending]
                 self.sink.forget(key)
                 self.sink.processed(source.topic, "deleted")
             return out

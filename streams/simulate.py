@@ -98,6 +98,10 @@ class SimulationReport:
     covered: int = 0
     set_size_sum: int = 0
     last_threshold: float | None = None
+    # Per decision: worker latency (decided_at - context ts) and the application's round trip
+    # (decision received - context sent), in seconds.
+    latencies: list[float] = field(default_factory=list)
+    round_trips: list[float] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     finished: float | None = None
     timed_out: bool = False
@@ -166,6 +170,7 @@ async def simulate(
                 value=json.dumps(learner_config(settings)).encode(),
             )
         rounds: dict[str, Round] = {}
+        sent_at: dict[str, float] = {}
         in_flight = asyncio.Semaphore(settings.window)
         feedback_tasks: set[asyncio.Task] = set()
         done = asyncio.Event()
@@ -189,10 +194,11 @@ async def simulate(
                 event_id = f"{run}-{i}"
                 round_ = env.draw(rng)
                 rounds[event_id] = round_
+                sent_at[event_id] = time.time()
                 body = {
                     "learner_id": settings.learner_id,
                     "event_id": event_id,
-                    "ts": time.time(),
+                    "ts": sent_at[event_id],
                     **round_.context,
                 }
                 await producer.send(
@@ -219,6 +225,9 @@ async def simulate(
                             continue
                         output = decision["output"]
                         report.decided += 1
+                        sent = sent_at.pop(decision["event_id"])
+                        report.latencies.append(decision["decided_at"] - sent)
+                        report.round_trips.append(time.time() - sent)
                         report.covered += round_.true_label in output["labels"]
                         report.set_size_sum += output["set_size"]
                         report.last_threshold = output["threshold"]

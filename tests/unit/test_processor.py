@@ -250,9 +250,13 @@ def test_reconfiguring_starts_afresh_and_stale_feedback_is_dead_lettered(
     assert sps_n(processor) == 0
 
 
-def test_tombstone_deletes_the_learner(processor: Processor) -> None:
+def test_tombstone_deletes_the_learner_and_its_decisions(processor: Processor) -> None:
+    processor.on_context(context("e1"), CONTEXTS, 1.0)
     processor.on_config(LID, None, CONFIGS, 1.0)
-    assert LID not in processor.learners
+    assert LID not in processor.learners and processor.pending == {}
+    processor.on_config(LID, config(), CONFIGS, 2.0)  # re-created: version 1 again
+    assert reasons(processor.on_feedback(feedback("e1"), FEEDBACK, 3.0)) == []  # held, not applied
+    assert sps_n(processor) == 0
 
 
 def crash_between_writes(p: Processor, store: str, event, *args) -> None:

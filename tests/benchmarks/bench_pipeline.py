@@ -1,0 +1,75 @@
+"""End to end through the embedded broker: decisions/s and latency percentiles.
+
+Broker + one worker process + the simulated application (contexts, decisions, delayed
+feedback and truth), as `banditflow demo` runs them. Prints a table; no assertions on time.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from streams.broker import EmbeddedBroker
+from streams.demo import stop, wait_until_ready
+from streams.simulate import SimulationSettings, run_simulation
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_pipeline_throughput_and_latency(tmp_path) -> None:
+    events, window = 4000, 200
+    with EmbeddedBroker(port=free_port(), log_path=tmp_path / "broker.log") as broker:
+        web_port = free_port()
+        with open(tmp_path / "worker.log", "ab") as log:
+            worker = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "streams.cli",
+                    "worker",
+                    "--bootstrap",
+                    broker.bootstrap,
+                    "--prefix",
+                    "bench",
+                    "--app-id",
+                    "bench",
+                    "--web-port",
+                    str(web_port),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            wait_until_ready(worker, web_port, timeout_s=90)
+            started = time.monotonic()
+            report = run_simulation(
+                SimulationSettings(
+                    bootstrap=broker.bootstrap,
+                    prefix="bench",
+                    events=events,
+                    window=window,
+                    delay_mean=0.05,
+                    timeout=600,
+                )
+            )
+            elapsed = time.monotonic() - started
+        finally:
+            stop(worker)
+    latency = np.percentile(report.latencies, [50, 95, 99]) * 1000
+    trip = np.percentile(report.round_trips, [50, 95, 99]) * 1000
+    print(
+        f"\npipeline: {report.decided} decisions in {elapsed:.1f}s = "
+        f"{report.decided / elapsed:.0f} decisions/s (window {window} contexts in flight, "
+        f"each with feedback + truth)"
+    )
+    print(f"  worker latency ms   p50 {latency[0]:.1f}  p95 {latency[1]:.1f}  p99 {latency[2]:.1f}")
+    print(f"  round trip ms       p50 {trip[0]:.1f}  p95 {trip[1]:.1f}  p99 {trip[2]:.1f}")
+    assert report.decided == events
