@@ -53,7 +53,8 @@ from schemas import (
 )
 
 Entry = dict[str, Any]
-ENVELOPE = {"schema_version", "learner_id", "event_id", "ts", "part"}
+# Fields every event carries that learners do not see (a feedback's ``part`` they do see).
+ENVELOPE = {"schema_version", "learner_id", "event_id", "ts"}
 
 
 @dataclass(frozen=True)

@@ -75,5 +75,7 @@ class ConformalLearner(Learner):
         self.observe(None)  # timeouts count as misses: safe, they can only lower tau
         return Learned(done=True, metrics={"covered": 0.0, "timed_out": 1.0})
 
+    alpha: float  # target coverage, set by every algorithm
+
     def summary(self) -> dict[str, float | list[float]]:
-        return {"threshold": self.threshold}
+        return {"threshold": self.threshold, "coverage_target": self.alpha}

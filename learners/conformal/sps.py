@@ -147,10 +147,7 @@ class SPS(ConformalLearner):
 
     def summary(self) -> dict[str, float | list[float]]:
         # n_le / n estimates G*(tau): tau only rises, so every miss lies at or below it.
-        return {
-            "threshold": self.threshold,
-            "miscoverage_estimate": self.n_le / self.n if self.n else 0.0,
-        }
+        return {**super().summary(), "miscoverage_estimate": self.n_le / self.n if self.n else 0.0}
 
     def to_state(self) -> dict[str, Any]:
         return {

@@ -314,3 +314,28 @@ def test_same_events_give_the_same_decisions_and_state() -> None:
         runs.append((decisions, p.learners[LID]["state"]))
     assert runs[0] == runs[1]
     assert runs[0][1]["tau"] is not None  # the run left burn-in
+
+
+def test_multi_part_feedback_reaches_the_learner_with_its_part() -> None:
+    """Deferral in full mode: the model part, then the human part, each applied once."""
+    p = Processor({}, {})
+    p.on_config("d", encode({"learner_id": "d", "family": "deferral", "algorithm": "ucb",
+                             "params": {"dim": 2, "budget": 5.0, "horizon": 100, "warmup": 20}}),
+                 CONFIGS, 0.0)
+    decided = []
+    for i in range(30):
+        body = {"learner_id": "d", "event_id": f"e{i}", "features": [0.6, 0.8]}
+        decided += p.on_context(encode(body), CONTEXTS, float(i)).decisions
+    deferred = [d.event_id for d in decided if d.output["defer"]]
+    assert deferred, "the learner defers some events while the budget lasts"
+    eid = deferred[0]
+    model = encode({"learner_id": "d", "event_id": eid, "part": "model", "model_reward": 0.4})
+    human = encode({"learner_id": "d", "event_id": eid, "part": "human", "human_reward": 0.9,
+                    "human_cost": 0.5})
+    assert p.on_feedback(model, FEEDBACK, 40.0).dead_letters == []
+    assert p.pending[f"d/{eid}"]["status"] == "open"  # still waiting for the human
+    assert p.on_feedback(model, FEEDBACK, 41.0).dead_letters == []  # duplicate: ignored
+    assert p.on_feedback(human, FEEDBACK, 42.0).dead_letters == []
+    assert p.pending[f"d/{eid}"]["status"] == "settled"
+    assert p.pending[f"d/{eid}"]["parts"] == ["model", "human"]
+    assert p.learners["d"]["stats"]["feedback"] == 1
