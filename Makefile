@@ -4,17 +4,25 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-dev
+RUNTIME := $(VENV)/.installed-runtime
+DEV := $(VENV)/.installed-dev
 EVENTS ?= 5000
 PYTEST_ARGS ?=
 
 .PHONY: demo test lint system-deps bench clean
 
-$(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# The demo needs only the runtime dependencies; the tests add the dev tools.
+$(RUNTIME): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	@touch $(RUNTIME)
+
+$(DEV): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	@touch $(STAMP)
+	@touch $(DEV) $(RUNTIME)
 
 # kcat (a real third-party Kafka client) and Prometheus/promtool, used by integration tests.
 system-deps:
@@ -26,17 +34,17 @@ system-deps:
 	  fi; \
 	fi
 
-demo: $(STAMP)
+demo: $(RUNTIME)
 	$(BIN)/banditflow demo --events $(EVENTS)
 
-lint: $(STAMP)
+lint: $(DEV)
 	$(BIN)/ruff check .
 	$(BIN)/banditflow schemas
 
-test: $(STAMP) system-deps lint
+test: $(DEV) system-deps lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-bench: $(STAMP)
+bench: $(DEV)
 	$(BIN)/python -m pytest tests/benchmarks -s -o python_files="bench_*.py" $(PYTEST_ARGS)
 
 clean:
