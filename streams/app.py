@@ -43,6 +43,9 @@ class WorkerSettings:
     session_timeout_s: float = 10.0
     heartbeat_interval_s: float = 1.0
     rebalance_timeout_s: float = 10.0
+    # Batch produced records (changelogs, decisions) for this long: one request per record
+    # otherwise costs more CPU than the learning itself.
+    linger_ms: float = 5.0
 
 
 def create_app(settings: WorkerSettings) -> faust.App:
@@ -62,6 +65,7 @@ def create_app(settings: WorkerSettings) -> faust.App:
         consumer_auto_offset_reset="earliest",
         stream_wait_empty=False,
         producer_acks=-1,
+        producer_linger=settings.linger_ms / 1000.0,
         key_serializer="json",
         value_serializer="json",
     )

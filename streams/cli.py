@@ -73,6 +73,8 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
         default=100,
         help="learners exported individually to Prometheus (default: %(default)s)",
     )
+    parser.add_argument("--linger-ms", type=float, default=5.0,
+                        help="producer batching delay in ms (default: %(default)s)")
     parser.add_argument("--loglevel", default="warning")
 
 
@@ -89,6 +91,7 @@ def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is l
         tick_interval_s=args.tick_interval,
         retention_s=args.retention,
         max_exported_learners=args.max_exported_learners,
+        linger_ms=args.linger_ms,
         limits=Limits(args.max_event_bytes, args.max_labels, args.max_features),
     )
 
