@@ -6,6 +6,6 @@ on a :class:`processors.sink.Sink`.
 """
 
 from processors.engine import Processor, Source
-from processors.sink import NullSink, Sink
+from processors.sink import Sink
 
-__all__ = ["NullSink", "Processor", "Sink", "Source"]
+__all__ = ["Processor", "Sink", "Source"]

@@ -39,7 +39,7 @@ from learners.base import Learner, LearnerError
 from learners.registry import learner_class, make_learner
 from processors import settled as settled_record
 from processors import stats
-from processors.sink import NullSink, Sink
+from processors.sink import Sink
 from schemas import (
     Context,
     DeadLetter,
@@ -127,12 +127,12 @@ class Processor:
         self.learners = learners
         self.pending = pending
         self.limits = limits or Limits()
-        self.sink: Sink = sink or NullSink()
+        self.sink: Sink = sink or Sink()
         self.retention_s = retention_s
         self.unknown_learner_grace_s = unknown_learner_grace_s
         self.expected_partition = expected_partition
         self.persist_state = persist_state
-        self._report_gauges = not isinstance(self.sink, NullSink)
+        self._report_gauges = self.sink.wants_gauges
         self._cache: dict[str, tuple[int, Learner]] = {}
 
     # ------------------------------------------------------------------ helpers

@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
 
 
-class Sink(Protocol):
-    """Observations from the processors. Implementations must not raise."""
+class Sink:
+    """Observations from the processors. This base ignores them (offline replay); the
+    worker's Prometheus sink overrides every method. Implementations must not raise."""
 
     def processed(self, topic: str, outcome: str) -> None:
         """One record of ``topic`` handled with ``outcome`` (decided, applied, deduplicated…)."""
 
-    def dead_lettered(self, reason: str) -> None: ...
+    def dead_lettered(self, reason: str) -> None:
+        """One record dead-lettered with ``reason``."""
 
-    def decided(self, learner_id: str, latency_s: float) -> None: ...
+    def decided(self, learner_id: str, latency_s: float) -> None:
+        """A decision made ``latency_s`` after its context's timestamp."""
 
-    def feedback_applied(self, learner_id: str, delay_s: float) -> None: ...
+    def feedback_applied(self, learner_id: str, delay_s: float) -> None:
+        """Feedback applied ``delay_s`` after its decision."""
 
     def learner_state(
         self,
@@ -27,38 +30,13 @@ class Sink(Protocol):
     ) -> None:
         """The learner's live gauges after an update (coverage, threshold, regret, …)."""
 
-    def pending(self, partition: int, open_decisions: int) -> None: ...
+    def pending(self, partition: int, open_decisions: int) -> None:
+        """Open decisions of ``partition`` after a timeout sweep."""
 
     def forget(self, learner_id: str) -> None:
         """The learner was deleted: drop its series."""
 
-
-class NullSink:
-    """Ignores everything (offline replay without metrics)."""
-
-    def processed(self, topic: str, outcome: str) -> None:
-        pass
-
-    def dead_lettered(self, reason: str) -> None:
-        pass
-
-    def decided(self, learner_id: str, latency_s: float) -> None:
-        pass
-
-    def feedback_applied(self, learner_id: str, delay_s: float) -> None:
-        pass
-
-    def learner_state(
-        self,
-        learner_id: str,
-        family: str,
-        algorithm: str,
-        gauges: Mapping[str, float | list[float]],
-    ) -> None:
-        pass
-
-    def pending(self, partition: int, open_decisions: int) -> None:
-        pass
-
-    def forget(self, learner_id: str) -> None:
-        pass
+    @property
+    def wants_gauges(self) -> bool:
+        """Whether ``learner_state`` is used (computing gauges costs time on every event)."""
+        return type(self).learner_state is not Sink.learner_state

@@ -15,6 +15,8 @@ from prometheus_client import (
     generate_latest,
 )
 
+from processors.sink import Sink
+
 # The *_created series double every counter and histogram for no use on our dashboards.
 disable_created_metrics()
 
@@ -40,7 +42,7 @@ LEARNER_GAUGES: dict[str, str] = {
 }
 
 
-class PrometheusSink:
+class PrometheusSink(Sink):
     """A :class:`processors.sink.Sink` backed by a prometheus_client registry."""
 
     def __init__(self, max_learners: int = 100, registry: CollectorRegistry | None = None) -> None:

@@ -183,9 +183,7 @@ def digits_softmax(out: Path, rounds: int, seed: int) -> str:
 def _documented(module_name: str) -> Iterator[tuple[str, str]]:
     """(qualified name, docstring) of the functions, classes and methods defined in a module."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            module = importlib.import_module(module_name)
+        module = importlib.import_module(module_name)
     except Exception:  # a module missing from this build of Python: skip it
         return
     for name, obj in sorted(vars(module).items()):
@@ -209,23 +207,25 @@ def retrieval_corpus() -> list[tuple[str, str, str]]:
     pairs: list[tuple[str, str, str]] = []
     seen_questions: set[str] = set()
     seen_passages: set[str] = set()
-    for module_name in RETRIEVAL_MODULES:
-        for key, doc in _documented(module_name):
-            paragraphs = [p for p in re.split(r"\n\s*\n", doc.strip()) if p.strip()]
-            if len(paragraphs) < 2:
-                continue
-            question = " ".join(paragraphs[0].split())
-            words = " ".join(paragraphs[1:]).split()
-            if not 4 <= len(question.split()) <= 40 or SIGNATURE.match(question):
-                continue
-            if len(words) < 20:
-                continue
-            passage = " ".join(words[:PASSAGE_WORDS])
-            if question in seen_questions or passage in seen_passages:
-                continue
-            seen_questions.add(question)
-            seen_passages.add(passage)
-            pairs.append((key, question, passage))
+    with warnings.catch_warnings():  # importing / inspecting deprecated names warns
+        warnings.simplefilter("ignore")
+        documented = [item for name in RETRIEVAL_MODULES for item in _documented(name)]
+    for key, doc in documented:
+        paragraphs = [p for p in re.split(r"\n\s*\n", doc.strip()) if p.strip()]
+        if len(paragraphs) < 2:
+            continue
+        question = " ".join(paragraphs[0].split())
+        words = " ".join(paragraphs[1:]).split()
+        if not 4 <= len(question.split()) <= 40 or SIGNATURE.match(question):
+            continue
+        if len(words) < 20:
+            continue
+        passage = " ".join(words[:PASSAGE_WORDS])
+        if question in seen_questions or passage in seen_passages:
+            continue
+        seen_questions.add(question)
+        seen_passages.add(passage)
+        pairs.append((key, question, passage))
     return pairs
 
 
