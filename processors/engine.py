@@ -12,14 +12,17 @@ One :class:`Processor` serves one set of partitions. It keeps two stores:
   the first contexts produced right after it may be consumed in either order).
 
 Writes are ordered so that a crash between any two of them is repaired by Kafka's
-re-delivery, without Kafka transactions:
+re-delivery, without Kafka transactions. The worker keeps both stores in one table, so one
+changelog partition orders all the writes of a partition and a crash loses a suffix of
+them, never one in the middle. Every event writes the learner entry first:
 
-- context: pending record first, then the learner entry. A re-delivered context whose pending
-  record exists but whose sequence number the learner entry has not reached was decided
-  right before a crash: it is decided again from the same state and seed, which yields the
-  same decision and reapplies any state change (a budget reservation) exactly once.
-- feedback and timeouts: the learner entry first (state, statistics, settled record), then
-  the pending record. A re-delivered feedback that the learner entry already shows as applied
+- context: the learner entry (state, sequence number, and a copy of the new pending record
+  as ``last_decided``), then the pending record. If a crash loses the pending write, the
+  re-delivered context finds its record in ``last_decided`` and re-emits that decision; a
+  context is never decided twice, since re-delivery may interleave topics differently and
+  the learner may have changed in between.
+- feedback and timeouts: the learner entry (state, statistics, settled record), then the
+  pending record. A re-delivered feedback that the learner entry already shows as applied
   only repairs the pending record.
 
 Everything is deterministic given the stores, the event and ``now``.
@@ -363,16 +366,21 @@ class Processor:
             self._hold(key, raw, source, now)
             return out
         record = self.pending.get(key)
-        held: list[dict[str, Any]] = []
-        seq = entry["seq"]
-        if record is not None and record["status"] == "early":
-            held = record["held"]
-        elif record is not None:
-            if record["version"] != entry["version"] or record["seq"] < entry["seq"]:
-                out.decisions.append(self._decision(lid, eid, entry, record, redelivered=True))
-                self.sink.processed(source.topic, "deduplicated")
-                return out
-            seq = record["seq"]  # decided right before a crash: decide again, identically
+        if record is not None and record["status"] in ("open", "settled"):
+            out.decisions.append(self._decision(lid, eid, entry, record, redelivered=True))
+            self.sink.processed(source.topic, "deduplicated")
+            return out
+        held: list[dict[str, Any]] = record["held"] if record is not None else []
+        last = entry.get("last_decided")
+        if last is not None and last["event_id"] == eid:
+            # Decided right before a crash that lost the pending write: restore the record
+            # (never decide again: re-delivery may have changed the learner since).
+            record = last["record"]
+            self.pending[key] = record
+            out.decisions.append(self._decision(lid, eid, entry, record, redelivered=True))
+            self.sink.processed(source.topic, "restored")
+            self._release_held(held, now, out)
+            return out
         config = entry["config"]
         learner = self._learner(lid, entry)
         fields = context.model_dump(exclude=ENVELOPE, exclude_none=True)
@@ -387,7 +395,7 @@ class Processor:
         context_ts = context.ts if context.ts is not None else source.timestamp
         record = {
             "status": "open",
-            "seq": seq,
+            "seq": entry["seq"],
             "version": entry["version"],
             "partition": source.partition,
             "decided_at": now,
@@ -397,23 +405,28 @@ class Processor:
             "pending": decided.pending,
             "parts": [],
         }
-        self.pending[key] = record
         entry = self._editable(entry)
-        entry["seq"] = max(entry["seq"], seq + 1)
+        entry["seq"] += 1
+        entry["last_decided"] = {"event_id": eid, "record": record}
         stats.on_decided(
             entry["stats"], config["family"], decided.output, config["params"], learner.summary()
         )
-        self._write(lid, entry, learner)
+        self._write(lid, entry, learner)  # the learner entry first, then the pending record
+        self.pending[key] = record
         out.decisions.append(self._decision(lid, eid, entry, record, redelivered=False))
         self.sink.processed(source.topic, "decided")
         self.sink.decided(lid, max(0.0, now - (context_ts if context_ts is not None else now)))
+        self._release_held(held, now, out)
+        return out
+
+    def _release_held(self, held: list[dict[str, Any]], now: float, out: Emitted) -> None:
+        """Apply the feedback that arrived before its decision."""
         for item in held:
-            self.sink.processed(source.topic, "released_early_feedback")
+            self.sink.processed(item["source"]["topic"], "released_early_feedback")
             released = self.on_feedback(
                 item["raw"].encode(), Source(**item["source"]), now, hold_if_unknown=False
             )
             out.dead_letters.extend(released.dead_letters)
-        return out
 
     @staticmethod
     def _decision(

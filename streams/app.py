@@ -8,8 +8,10 @@ inside stream processing, and a tick arrives on the partition whose state it tou
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +20,7 @@ from aiohttp.web import Response
 
 from processors import Processor, Source
 from processors.engine import Emitted
-from schemas import DeadLetter, Limits
+from schemas import DeadLetter, Decision, Limits
 from streams.metrics import CONTENT_TYPE, PrometheusSink
 from streams.topics import Topics, partition_for
 
@@ -46,6 +48,10 @@ class WorkerSettings:
     # Batch produced records (changelogs, decisions) for this long: one request per record
     # otherwise costs more CPU than the learning itself.
     linger_ms: float = 5.0
+    # Tansu reports a partition's end offset as the base offset of its last record batch + 1,
+    # so Faust's table recovery, which reads a changelog up to that offset, would miss the
+    # rest of the last batch after a crash. One record per batch makes the offset right.
+    single_record_batches: bool = False
 
 
 def create_app(settings: WorkerSettings) -> faust.App:
@@ -65,7 +71,8 @@ def create_app(settings: WorkerSettings) -> faust.App:
         consumer_auto_offset_reset="earliest",
         stream_wait_empty=False,
         producer_acks=-1,
-        producer_linger=settings.linger_ms / 1000.0,
+        producer_linger=0.0 if settings.single_record_batches else settings.linger_ms / 1000.0,
+        producer_max_batch_size=1 if settings.single_record_batches else 16384,
         key_serializer="json",
         value_serializer="json",
     )
@@ -79,13 +86,15 @@ def create_app(settings: WorkerSettings) -> faust.App:
     ticks = app.topic(topics.ticks, partitions=settings.partitions, **raw)
     decisions = app.topic(topics.decisions, **raw)
     deadletter = app.topic(topics.deadletter, **raw)
-    # Table keys and values travel as JSON (the app's default serializers below).
-    learners = app.Table("learner-state", partitions=settings.partitions, key_type=str)
-    pending = app.Table("pending", partitions=settings.partitions, key_type=str)
+    # Learner entries and pending records share one table, so one changelog partition orders
+    # every write of a partition: a crash loses a suffix of them, never one in the middle,
+    # which is what the write ordering of processors/engine.py relies on. Keys and values
+    # travel as JSON (the app's default serializers below).
+    state = app.Table("state", partitions=settings.partitions, key_type=str)
     sink = PrometheusSink(max_learners=settings.max_exported_learners)
     processor = Processor(
-        learners,
-        pending,
+        KeyPrefixView(state, "learner:"),
+        KeyPrefixView(state, "pending:"),
         limits=settings.limits,
         sink=sink,
         retention_s=settings.retention_s,
@@ -99,9 +108,14 @@ def create_app(settings: WorkerSettings) -> faust.App:
         topics.ticks: lambda key, value, src, now: processor.on_tick(src.partition, now),
     }
 
+    # Decisions wait here until the state they depend on is durable (see publish()).
+    outbox: list[tuple[faust.EventT, list[Decision]]] = []
+    outbox_ready = asyncio.Event()
+
     @app.agent(inputs)
     async def process(stream: faust.StreamT) -> None:
-        async for event in stream.events():
+        # Manual acks: an offset may be committed only once its decisions are published.
+        async for event in stream.noack().events():
             message = event.message
             source = Source(message.topic, message.partition, message.offset, message.timestamp)
             key = message.key.decode("utf-8", "replace") if message.key is not None else None
@@ -126,15 +140,38 @@ def create_app(settings: WorkerSettings) -> faust.App:
                     ]
                 )
                 sink.dead_lettered("internal_error")
-            for decision in emitted.decisions:
-                await decisions.send(
-                    key=decision.learner_id.encode(), value=decision.model_dump_json().encode()
-                )
             for dead in emitted.dead_letters:
                 await deadletter.send(
                     key=(dead.learner_id or "").encode() or None,
                     value=dead.model_dump_json().encode(),
                 )
+            if emitted.decisions:
+                outbox.append((event, emitted.decisions))
+                outbox_ready.set()
+            else:
+                # Faust flushes the producer before it commits, so the state is durable first.
+                event.ack()
+
+    @app.task
+    async def publish() -> None:
+        """Publish decisions only once their state is durable, then ack their events.
+
+        Without Kafka transactions, a decision published before its table writes reach the
+        changelog could be forgotten by a crash and decided differently after the restart.
+        """
+        while True:
+            await outbox_ready.wait()
+            outbox_ready.clear()
+            await asyncio.sleep(settings.linger_ms / 1000.0)  # gather a batch
+            batch = outbox[:]
+            del outbox[:]
+            await flush_durably(app)
+            for event, emitted in batch:
+                for decision in emitted:
+                    await decisions.send(
+                        key=decision.learner_id.encode(), value=decision.model_dump_json().encode()
+                    )
+                event.ack()
 
     @app.timer(settings.tick_interval_s)
     async def tick() -> None:
@@ -163,3 +200,42 @@ def create_app(settings: WorkerSettings) -> faust.App:
         return Response(status=503, text="joining the consumer group / recovering tables")
 
     return app
+
+
+async def flush_durably(app: faust.App) -> None:
+    """Wait until every record produced so far (table changelogs included) is acknowledged.
+
+    Faust's buffer flush gives up after 0.1 s without progress, so drain it until empty
+    before waiting for the Kafka producer's in-flight batches.
+    """
+    producer = app.producer
+    while producer.buffer.size:
+        await producer.buffer.flush()
+    await producer.flush()
+
+
+class KeyPrefixView(MutableMapping[str, Any]):
+    """The keys of a table that start with ``prefix``, seen without it."""
+
+    def __init__(self, table: MutableMapping[str, Any], prefix: str) -> None:
+        self.table = table
+        self.prefix = prefix
+
+    def __getitem__(self, key: str) -> Any:
+        return self.table[self.prefix + key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.table[self.prefix + key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self.table[self.prefix + key]
+
+    def __iter__(self) -> Iterator[str]:
+        return (key for key, _ in self.items())
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def items(self) -> list[tuple[str, Any]]:  # type: ignore[override]
+        cut = len(self.prefix)
+        return [(k[cut:], v) for k, v in self.table.items() if k.startswith(self.prefix)]

@@ -49,6 +49,17 @@ def wait_for_broker(bootstrap: str, timeout_s: float = 30.0) -> None:
     raise BrokerError(f"no Kafka broker answered at {bootstrap} within {timeout_s:.0f}s: {last}")
 
 
+def is_tansu(bootstrap: str) -> bool:
+    """Whether the broker at ``bootstrap`` is Tansu (its cluster ids start with "tansu")."""
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+    try:
+        return str(admin.describe_cluster().get("cluster_id") or "").startswith("tansu")
+    finally:
+        admin.close()
+
+
 class EmbeddedBroker:
     """Runs Tansu on ``host:port`` with memory storage for as long as the context is open.
 

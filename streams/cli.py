@@ -75,11 +75,20 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--linger-ms", type=float, default=5.0,
                         help="producer batching delay in ms (default: %(default)s)")
+    parser.add_argument(
+        "--single-record-batches", choices=["auto", "on", "off"], default="auto",
+        help="produce one record per batch; needed on Tansu, whose end offsets count batches "
+             "(auto: on when the broker is Tansu)")
     parser.add_argument("--loglevel", default="warning")
 
 
 def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is lazy: Faust)
     from streams.app import WorkerSettings
+    from streams.broker import is_tansu
+
+    single = args.single_record_batches
+    if single == "auto":
+        single = "on" if is_tansu(args.bootstrap) else "off"
 
     return WorkerSettings(
         bootstrap=args.bootstrap,
@@ -92,6 +101,7 @@ def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is l
         retention_s=args.retention,
         max_exported_learners=args.max_exported_learners,
         linger_ms=args.linger_ms,
+        single_record_batches=single == "on",
         limits=Limits(args.max_event_bytes, args.max_labels, args.max_features),
     )
 
@@ -121,8 +131,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from streams.broker import wait_for_broker
     from streams.topics import Topics, ensure_topics
 
+    wait_for_broker(args.bootstrap)
     settings = worker_settings(args)
-    wait_for_broker(settings.bootstrap)
+    if settings.single_record_batches:
+        print("banditflow worker: producing one record per batch (the broker is Tansu, whose "
+              "end offsets count batches; see --single-record-batches)", file=sys.stderr)
     ensure_topics(settings.bootstrap, Topics(settings.prefix), settings.partitions)
     app = create_app(settings)
     worker = faust.Worker(app, loglevel=args.loglevel)

@@ -164,9 +164,10 @@ class TopicReader:
         self.consumer.seek_to_beginning(*assigned)
         self.records: list[dict[str, Any]] = []
 
-    def poll(self) -> list[dict[str, Any]]:
+    def poll(self) -> list[dict[str, Any] | None]:
         for batch in self.consumer.poll(timeout_ms=300).values():
-            self.records.extend(json.loads(r.value) for r in batch)
+            # Tombstones (deleted table keys) read as None.
+            self.records.extend(None if r.value is None else json.loads(r.value) for r in batch)
         return self.records
 
     def wait_for(
