@@ -12,7 +12,13 @@ Each round, with plug-in means ``thetahat``, ``bhat`` and ``Deltahat`` (see
    The spec allows any such arm; this one takes the arm expected to reveal the most arms that
    are still below their exploit target (``sum_j p_ij [m_j < alpha(t) bhat_j]``), ties to the
    smallest ``N_i / c_i``. Revealing first lets the side observations correct the plug-in
-   estimates before the direct plays that a noisy ``Deltahat`` makes look cheap.
+   estimates before the direct plays that a noisy ``Deltahat`` makes look cheap
+   (``lp_choice="reveal"``). It has a failure mode: an arm ``i`` that cannot observe itself,
+   whose noisy ``thetahat_i`` sits close to the best arm's, inflates ``bhat_i1``; the LP then
+   asks for many plays of ``i`` (it reveals the best arm cheaply), which never correct
+   ``thetahat_i``, until ``N_i`` passes its inflated target. ``lp_choice="ratio"`` (the
+   smallest ``N_i / c_i`` among the arms below target) avoids that trap but pays more on the
+   revealing-action graph; see ``docs/results/prob_graph.md``.
 
 Streaming: the guard's ``m_j`` counts closed decisions only (in-flight ones have not been
 observed yet); the targets of steps 3-5 count in-flight decisions, so concurrent decisions do
@@ -70,7 +76,8 @@ class LPPolicy(ProbGraphLearner):
     """Asymptotically optimal LP-based policy (``algorithm = "lp_policy"``).
 
     Parameters besides the shared ones: ``alpha_scale``, ``beta_a``, ``beta_b``,
-    ``forced_count``, ``guard_ratio``, ``tie_break``, ``lp_tolerance`` (default 0.01),
+    ``forced_count``, ``guard_ratio``, ``tie_break``, ``lp_choice`` (``"reveal"`` or
+    ``"ratio"``, see step 5), ``lp_tolerance`` (default 0.01),
     ``kl_clip``, and for the cascade case ``mc_samples`` (M, default 500) and ``gamma0``.
     """
 
@@ -82,6 +89,7 @@ class LPPolicy(ProbGraphLearner):
         "forced_count",
         "guard_ratio",
         "tie_break",
+        "lp_choice",
         "lp_tolerance",
         "kl_clip",
         "mc_samples",
@@ -99,6 +107,7 @@ class LPPolicy(ProbGraphLearner):
         forced_count: str,
         guard_ratio: float,
         tie_break: bool,
+        lp_choice: str,
         lp_tolerance: float,
         kl_clip: float,
         mc_samples: int,
@@ -111,6 +120,7 @@ class LPPolicy(ProbGraphLearner):
         self.forced_count = forced_count
         self.guard_ratio = guard_ratio
         self.tie_break = tie_break
+        self.lp_choice = lp_choice
         self.lp_tolerance = lp_tolerance
         self.kl_clip = kl_clip
         self.mc_samples = mc_samples
@@ -132,6 +142,7 @@ class LPPolicy(ProbGraphLearner):
             "forced_count": params.get("forced_count", "m"),
             "guard_ratio": require(params, "guard_ratio", float, 2.0),
             "tie_break": params.get("tie_break", True),
+            "lp_choice": params.get("lp_choice", "reveal"),
             "lp_tolerance": require(params, "lp_tolerance", float, 0.01),
             "kl_clip": require(params, "kl_clip", float, 1e-3),
             "mc_samples": require(params, "mc_samples", int, 500),
@@ -144,6 +155,7 @@ class LPPolicy(ProbGraphLearner):
             "forced_count": (options["forced_count"] in ("m", "o"), "'m' or 'o'"),
             "guard_ratio": (options["guard_ratio"] > 1, "> 1"),
             "tie_break": (isinstance(options["tie_break"], bool), "true or false"),
+            "lp_choice": (options["lp_choice"] in ("reveal", "ratio"), "'reveal' or 'ratio'"),
             "lp_tolerance": (options["lp_tolerance"] >= 0, ">= 0"),
             "kl_clip": (0 < options["kl_clip"] < 0.5, "in (0, 0.5)"),
             "mc_samples": (options["mc_samples"] >= 1, ">= 1"),
@@ -210,7 +222,10 @@ class LPPolicy(ProbGraphLearner):
             return int(parents[target]), "forced"
         allocation = self.allocation(matrix, theta, best, targets, gaps)
         self.exploration_rounds += 1
-        return self.lp_arm(matrix, allocation * alpha, pulls, expected < alpha * targets), "lp"
+        short = expected < alpha * targets
+        if self.lp_choice == "ratio":
+            short = np.zeros_like(short)  # no arm scores: the choice falls to N_i / target_i
+        return self.lp_arm(matrix, allocation * alpha, pulls, short), "lp"
 
     @staticmethod
     def lp_arm(

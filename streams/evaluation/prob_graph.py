@@ -207,7 +207,12 @@ def build(
 
 # ---------------------------------------------------------------------------- direct runs
 def simulate_run(
-    scenario: Scenario, algorithm: str, horizon: int, seed: int
+    scenario: Scenario,
+    algorithm: str,
+    horizon: int,
+    seed: int,
+    params: Mapping[str, Any] | None = None,
+    label: str | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The learner alone (no processors, no JSON): rows and summary as ``evaluate`` writes them.
 
@@ -215,11 +220,11 @@ def simulate_run(
     delay (feedback applied before the next round), but several times faster; the random
     streams differ (the learner and the environment draw from two children of ``seed``, as in
     :func:`learners.prob_graph.scenarios.simulate`), so runs agree in distribution, not draw
-    by draw.
+    by draw. ``params`` adds learner parameters; ``label`` names the run (default: algorithm).
     """
     from learners.prob_graph import ALGORITHMS
 
-    learner = ALGORITHMS[algorithm].from_params(scenario.learner_params())
+    learner = ALGORITHMS[algorithm].from_params({**scenario.learner_params(), **(params or {})})
     learner_rng, environment_rng = (
         np.random.default_rng(child) for child in np.random.SeedSequence(seed).spawn(2)
     )
@@ -232,7 +237,9 @@ def simulate_run(
         learner.learn(decided.pending, event)
     summary = {
         "family": "prob_graph",
-        "learner": algorithm,
+        "learner": label or algorithm,
+        "algorithm": algorithm,
+        "params": dict(params or {}),
         "seed": seed,
         "driver": "direct (learner only, no processors)",
         **task.summary(rows),
@@ -259,12 +266,13 @@ def read_curve(directory: Path, points: np.ndarray) -> np.ndarray:
     return series[np.minimum(points, len(series)) - 1]
 
 
-def aggregate(root: Path, points: int = 200) -> dict[str, Any]:
+def aggregate(root: Path, points: int = 200, at: int | None = None) -> dict[str, Any]:
     """Summaries and regret curves of the runs under ``root/<scenario>/`` (any depth).
 
     Returns ``{scenario: {"c_star", "horizon", "t": [...], "learners": {learner: {"regret":
     [per seed], "curve_mean", "curve_low", "curve_high", ...}}}}`` with curves sampled at
-    ``points`` log-spaced rounds.
+    ``points`` log-spaced rounds; with ``at``, ``"regret_at"`` holds each seed's regret after
+    round ``at`` (or after its last round if shorter).
     """
     result: dict[str, Any] = {}
     for scenario_dir in sorted(p for p in root.iterdir() if p.is_dir()):
@@ -274,6 +282,8 @@ def aggregate(root: Path, points: int = 200) -> dict[str, Any]:
         first = json.loads((runs[0] / "summary.json").read_text())
         horizon = int(first["rounds"])
         t = np.unique(np.geomspace(1, horizon, points).round().astype(int))
+        if at is not None:
+            t = np.unique(np.append(t, min(at, horizon)))
         learners: dict[str, Any] = {}
         for run in runs:
             summary = json.loads((run / "summary.json").read_text())
@@ -289,6 +299,9 @@ def aggregate(root: Path, points: int = 200) -> dict[str, Any]:
             entry["curve_high"] = np.quantile(curves, 0.9, axis=0).tolist()
             regret = np.asarray(entry["regret"])
             entry["mean"] = float(regret.mean())
+            if at is not None:
+                index = int(np.searchsorted(t, min(at, horizon)))
+                entry["regret_at"] = curves[:, index].tolist()
             entry["std"] = float(regret.std(ddof=1)) if regret.size > 1 else 0.0
         result[scenario_dir.name] = {
             "c_star": first["c_star"],
@@ -327,6 +340,26 @@ def regret_table(results: Mapping[str, Any], learners: Sequence[str]) -> str:
             f"{result['c_star']:.2f} | {reference:.1f} | " + " | ".join(cells) + " | "
             + " | ".join(ratios) + " |"
         )
+    return "\n".join(lines) + "\n"
+
+
+def at_table(results: Mapping[str, Any], learners: Sequence[str], at: int) -> str:
+    """Markdown: each learner's mean ± std regret after round ``at``, per scenario."""
+    lines = [
+        "| scenario | " + " | ".join(f"{name} R_{at}" for name in learners) + " |",
+        "|---|" + "---|" * len(learners),
+    ]
+    for name, result in results.items():
+        cells = []
+        for learner in learners:
+            entry = result["learners"].get(learner)
+            if entry is None or "regret_at" not in entry:
+                cells.append("n/a")
+                continue
+            values = np.asarray(entry["regret_at"])
+            spread = values.std(ddof=1) if values.size > 1 else 0.0
+            cells.append(f"{values.mean():.1f} ± {spread:.1f} ({values.size})")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -379,6 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.add_argument("runs", type=Path)
     report.add_argument("out", type=Path)
     report.add_argument("--learners", default="lp_policy,ucb_n,thompson")
+    report.add_argument("--at", type=int, help="also tabulate the mean regret after round AT")
     direct = sub.add_parser(
         "simulate", help="direct runs (learner only) into OUT/<learner>-seed<S>/ (see simulate_run)"
     )
@@ -387,30 +421,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     direct.add_argument("--seeds", default="0-9", help="e.g. 0-9 or 0,1,2")
     direct.add_argument("--horizon", type=int, required=True)
     direct.add_argument("--out", type=Path, required=True)
+    direct.add_argument(
+        "--param", action="append", default=[], metavar="NAME=JSON", help="learner parameter"
+    )
+    direct.add_argument("--label", help="run name instead of the algorithm (one learner)")
     args = parser.parse_args(argv)
     if args.command == "simulate":
+        from streams.evaluation import parse_params
+
         scenario = load_scenario(args.scenario)
+        params = parse_params(args.param)
         for algorithm in [name for name in args.learners.split(",") if name]:
+            label = args.label or algorithm
             for seed in parse_seeds(args.seeds):
-                rows, summary = simulate_run(scenario, algorithm, args.horizon, seed)
-                directory = args.out / f"{algorithm}-seed{seed}"
+                rows, summary = simulate_run(
+                    scenario, algorithm, args.horizon, seed, params, label
+                )
+                directory = args.out / f"{label}-seed{seed}"
                 directory.mkdir(parents=True, exist_ok=True)
                 (directory / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
                 with open(directory / "trajectory.jsonl", "w") as out:
                     out.writelines(json.dumps(row) + "\n" for row in rows)
-                print(f"{args.out.name} {algorithm} seed {seed}: regret {summary['regret']:.1f}",
+                print(f"{args.out.name} {label} seed {seed}: regret {summary['regret']:.1f}",
                       file=sys.stderr, flush=True)
         return 0
-    results = aggregate(args.runs)
+    results = aggregate(args.runs, at=args.at)
     learners = [name for name in args.learners.split(",") if name]
     args.out.mkdir(parents=True, exist_ok=True)
     plot_report(results, args.out)
     table = regret_table(results, learners)
+    if args.at is not None:
+        table += f"\nMean regret after round {args.at} (all seeds):\n\n" + at_table(
+            results, learners, args.at
+        )
     compact = {
         name: {
             **{k: v for k, v in result.items() if k not in ("t", "learners")},
             "learners": {
-                learner: {k: entry[k] for k in ("seeds", "regret", "mean", "std")}
+                learner: {
+                    k: entry[k] for k in ("seeds", "regret", "mean", "std", "regret_at")
+                    if k in entry
+                }
                 for learner, entry in result["learners"].items()
             },
         }

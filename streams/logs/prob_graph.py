@@ -12,6 +12,7 @@ graphs of the report (``docs/results/prob_graph.md``):
 - ``prob-graph-clique[-cascade]``: the loopless clique on 6 arms, ``p = 0.3``; Gaussian.
 - ``prob-graph-revealing``: 20 arms observing themselves (``p = 1``); arm 19 (mean 0.5) also
   reveals every other arm with ``p = 0.9``; the best arm (1.0) and 18 arms at 0.6; Gaussian.
+- ``prob-graph-revealing-wide``: the revealing-action graph with 40 arms (38 at 0.6).
 - ``prob-graph-revealing-cascade``: the same arms, but the revealer reaches the others only
   through 3 hub arms (revealer -> hub -> block, every edge ``p = 0.9``): one step it reveals
   3 arms, in the cascade case all of them (with probability 0.81); Gaussian.
@@ -56,10 +57,10 @@ REVEALER = REVEALING_ARMS - 1
 HUBS = (0, 1, 2)
 
 
-def revealing_means() -> list[float]:
+def revealing_means(arms: int = REVEALING_ARMS) -> list[float]:
     """Best arm 1 (mean 1.0), the revealer (last arm, 0.5), all others 0.6."""
-    means = [0.6] * REVEALING_ARMS
-    means[1], means[REVEALER] = 1.0, 0.5
+    means = [0.6] * arms
+    means[1], means[-1] = 1.0, 0.5
     return means
 
 
@@ -86,6 +87,9 @@ def build(name: str, seed: int) -> tuple[Scenario, str]:
         return erdos_renyi(ER_MEANS, 0.4, 0.5, rng, case=case), "Erdos-Renyi graph (0.4), p = 0.5"
     if graph == "clique":
         return loopless_clique(CLIQUE_MEANS, 0.3, case=case), "loopless clique, p = 0.3"
+    if graph == "revealing-wide":
+        scenario = revealing_action(revealing_means(40), 39, reveal_p=0.9, case=case)
+        return scenario, "revealing-action graph"
     if graph == "revealing":
         if case == "cascade":
             return revealing_tree(case), "revealing-action tree (revealer -> 3 hubs -> blocks)"
@@ -121,5 +125,5 @@ NAMES = [
     f"{graph}{suffix}"
     for graph in ("er", "clique", "revealing", "random")
     for suffix in ("", "-cascade")
-]
+] + ["revealing-wide"]
 LOGS = {f"prob-graph-{name}": _builder(name) for name in NAMES}

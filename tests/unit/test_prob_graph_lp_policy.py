@@ -133,6 +133,22 @@ def test_lp_branch_plays_the_most_revealing_arm_below_target() -> None:
     assert np.all(P.T @ c >= targets * (1 - 1e-7))
 
 
+def test_lp_choice_ratio_plays_the_arm_furthest_below_its_target() -> None:
+    # Arms 1 and 2 are both below their LP targets; arm 2 reveals the most short arms
+    # ("reveal"), arm 1 has the smallest N_i / target_i ("ratio").
+    def state(choice: str) -> LPPolicy:
+        return learner_in_state([9, 1, 3], [12, 4, 3], [1.0, 0.5, 0.4], lp_choice=choice)
+
+    assert decide(state("reveal"))[:2] == (2, "lp")
+    ratio = state("ratio")
+    arm, branch, _ = decide(ratio)
+    target = np.array(ratio.lp_cache["c"]) * math.log(ratio.decisions)
+    below = np.flatnonzero(ratio.plays < target)
+    assert set(below.tolist()) == {1, 2}
+    assert (arm, branch) == (1, "lp")
+    assert arm == below[np.argmin(ratio.plays[below] / target[below])]
+
+
 def test_lp_is_re_solved_only_when_plug_in_quantities_change() -> None:
     learner = lp_state(lp_tolerance=0.05)
     _, branch, pending = decide(learner)
@@ -240,6 +256,7 @@ def test_cascade_feedback_may_reveal_reachable_arms() -> None:
         ({"alpha_scale": "fast"}, "alpha_scale"),
         ({"kl_clip": 0.5}, "kl_clip"),
         ({"lp_tolerance": -1.0}, "lp_tolerance"),
+        ({"lp_choice": "greedy"}, "lp_choice"),
         ({"alpha": 1.0}, "unknown parameter"),
     ],
 )
