@@ -16,11 +16,12 @@ budget-safety machinery lives here once:
   only teaches the estimates: its period's spend was already bounded by its reservation.
 - **Feedback parts.** ``full`` feedback: the model's reward always arrives
   (``{"part": "model", "model_reward": r}``) and, for a deferral, the human's too
-  (``{"part": "human", "human_reward": r, "human_cost": c}``), in either order. ``bandit``
-  feedback: only the chosen arm's part. ``learn`` returns ``done=False`` while a part is still
-  expected; the parts already applied to a decision are kept in the learner state
-  (``partial``, bounded by the in-flight decisions) so a part is never applied twice and the
-  timeout knows what is missing.
+  (``{"part": "human", "human_reward": r, "human_cost": c}``), in either order (or together
+  in one event). ``bandit`` feedback: only the chosen arm's part. The part is read from the
+  payload when ``part`` is absent (the processors strip it). ``learn`` returns
+  ``done=False`` while a part is still expected; the parts already applied to a decision
+  are kept in the learner state (``partial``, bounded by the in-flight decisions) so a part
+  is never applied twice and the timeout knows what is missing.
 
 >>> import numpy as np
 >>> from learners.deferral import ALGORITHMS
@@ -28,7 +29,7 @@ budget-safety machinery lives here once:
 ...     {"dim": 2, "budget": 1.5, "horizon": 10, "feedback": "full"})
 >>> rng = np.random.default_rng(0)
 >>> first = learner.decide({"features": [0.6, 0.8]}, rng)
->>> first.output["defer"], learner.summary()["reserved"]
+>>> first.output["defer"], learner.summary()["budget_reserved"]
 (True, 1.0)
 >>> learner.decide({"features": [0.6, 0.8]}, rng).output["defer"]  # 1.0 + 1.0 > 1.5
 False
@@ -36,7 +37,7 @@ False
 Learned(done=False, metrics={'reward': 1.0, 'cost': 0.25, 'deferred': 1.0})
 >>> learner.learn(first.pending, {"part": "model", "model_reward": 0.0}).done
 True
->>> learner.summary()["spent"], learner.summary()["budget_remaining"]
+>>> learner.summary()["budget_spent"], learner.summary()["budget_remaining"]
 (0.25, 1.25)
 """
 
@@ -223,32 +224,61 @@ class DeferralLearner(Learner):
             return ["model"]
         return ["model", "human"] if self.settings.feedback == "full" else ["human"]
 
-    def learn(self, pending: Mapping[str, Any], feedback: Mapping[str, Any]) -> Learned:
+    @staticmethod
+    def feedback_parts_of(feedback: Mapping[str, Any]) -> list[str]:
+        """The parts a feedback event carries: its ``part`` field when present, else what its
+        payload holds (the processors strip ``part``, an envelope field used for dedupe, before
+        the learner sees the event): ``model_reward`` is the model part, ``human_reward`` /
+        ``human_cost`` the human part; an event may carry both."""
         part = feedback.get("part")
-        expected = pending["parts"]
-        if part not in expected:
+        if part:
+            return [str(part)]
+        parts = []
+        if "model_reward" in feedback:
+            parts.append("model")
+        if "human_reward" in feedback or "human_cost" in feedback:
+            parts.append("human")
+        if not parts:
             raise LearnerError(
-                f"feedback part {part!r} is not expected for this decision "
+                "deferral feedback needs 'model_reward' (the model part) and/or "
+                "'human_reward' with 'human_cost' (the human part)"
+            )
+        return parts
+
+    def learn(self, pending: Mapping[str, Any], feedback: Mapping[str, Any]) -> Learned:
+        parts = self.feedback_parts_of(feedback)
+        expected = pending["parts"]
+        unexpected = [part for part in parts if part not in expected]
+        if unexpected:
+            raise LearnerError(
+                f"feedback part {unexpected[0]!r} is not expected for this decision "
                 f"(deferred={pending['defer']}); expected one of {expected}"
             )
         key = str(pending["decision"])
         applied = self.partial.get(key, [])
-        if part in applied:
+        fresh = [part for part in parts if part not in applied]
+        if not fresh:
             return Learned(done=False, metrics={"duplicate": 1.0})
         x = np.array(pending["features"], dtype=float)
-        if part == "model":
-            reward = unit_value(feedback, "model_reward")
-            self.observe_model(x, reward)
-            metrics = {} if pending["defer"] else {"reward": reward, "cost": 0.0, "deferred": 0.0}
-        else:
-            reward = unit_value(feedback, "human_reward")
+        # Validate every value before any state changes (a rejected event changes nothing).
+        model_reward = unit_value(feedback, "model_reward") if "model" in fresh else 0.0
+        human_reward = cost = 0.0
+        if "human" in fresh:
+            human_reward = unit_value(feedback, "human_reward")
             cost = unit_value(feedback, "human_cost", upper=float(pending["reserved"]))
+        metrics: dict[str, float] = {}
+        if "model" in fresh:
+            self.observe_model(x, model_reward)
+            if not pending["defer"]:
+                metrics = {"reward": model_reward, "cost": 0.0, "deferred": 0.0}
+        if "human" in fresh:
             self.settle(pending, cost)
-            self.observe_human(x, reward, cost)
-            metrics = {"reward": reward, "cost": cost, "deferred": 1.0}
-        missing = [name for name in expected if name != part and name not in applied]
+            self.observe_human(x, human_reward, cost)
+            metrics = {"reward": human_reward, "cost": cost, "deferred": 1.0}
+        done_parts = [*applied, *fresh]
+        missing = [name for name in expected if name not in done_parts]
         if missing:
-            self.partial[key] = [*applied, part]
+            self.partial[key] = done_parts
         else:
             self.partial.pop(key, None)
         return Learned(done=not missing, metrics=metrics)
@@ -287,11 +317,16 @@ class DeferralLearner(Learner):
         self.partial = {str(key): list(parts) for key, parts in state["partial"].items()}
 
     def summary(self) -> dict[str, float | list[float]]:
+        """Live values, named as the worker's gauges (``streams.metrics.LEARNER_GAUGES``):
+        ``budget`` (B per period), ``budget_spent`` (settled cost), ``budget_reserved``
+        (outstanding reservations), ``budget_remaining`` (``B - spent - reserved``), and the
+        current period's ``deferral_rate``; all of the current period."""
         period_rounds = self.rounds - self.period * self.settings.horizon
         rate = self.period_deferrals / period_rounds if period_rounds else 0.0
         return {
-            "spent": self.spent,
-            "reserved": self.reserved,
+            "budget": self.settings.budget,
+            "budget_spent": self.spent,
+            "budget_reserved": self.reserved,
             "budget_remaining": self.budget_remaining,
             "deferral_rate": rate,
             "period": float(self.period),

@@ -150,7 +150,8 @@ def test_outputs_pending_state_and_summary_are_json(algorithm: str) -> None:
                 learner.learn(decided.pending,
                               {"part": "human", "human_reward": 0.5, "human_cost": 0.5})
     summary = learner.summary()
-    assert {"spent", "reserved", "budget_remaining", "deferral_rate"} <= set(summary)
+    assert {"budget", "budget_spent", "budget_reserved", "budget_remaining",
+            "deferral_rate"} <= set(summary)
     assert ("dual_price" in summary) == (algorithm == "ucb")
     params = {**COMMON, **EXTRA.get(algorithm, {}), "feedback": "full"}
     state = json.loads(json.dumps(learner.to_state()))
