@@ -46,9 +46,16 @@ def on_decided(
         add(stats, "regret_estimate", conformal_round_regret(float(estimate), target))
 
 
+# Per-decision observations averaged over the decisions that revealed them (a graph without
+# self-loops may not reveal the played action's loss).
+AVERAGED = ("loss", "reward")
+
+
 def on_learned(stats: Stats, metrics: Mapping[str, float], settled: bool) -> None:
     for name, value in metrics.items():
         add(stats, name, float(value))
+        if name in AVERAGED:
+            add(stats, f"{name}_observed")
     if settled:
         add(stats, "feedback")
 
@@ -88,7 +95,7 @@ def gauges(family: str, stats: Stats, summary: Mapping[str, Any]) -> dict[str, A
         if stats.get("truth_rounds"):
             values["regret_exact"] = stats.get("regret_exact", 0.0)
             values["coverage_exact"] = stats.get("truth_covered", 0.0) / stats["truth_rounds"]
-    for name in ("loss", "reward"):
-        if name in stats and feedback:
-            values[f"mean_{name}"] = stats[name] / feedback
+    for name in AVERAGED:
+        if stats.get(f"{name}_observed"):
+            values[f"mean_{name}"] = stats[name] / stats[f"{name}_observed"]
     return values

@@ -2,7 +2,7 @@
 
 Each family has a task module in this package (log format, simulated feedback, report)
 exposing ``add_options(group)`` for its own command-line options and
-``build(args) -> (task, params_for)``, where ``params_for(algorithm)`` gives the learner
+``build(args, seed) -> (task, params_for)``, where ``params_for(algorithm)`` gives the learner
 parameters. This module runs one or several learners over one or several seeds and writes
 the results.
 """
