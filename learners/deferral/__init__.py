@@ -1,8 +1,9 @@
 """The ``deferral`` family: defer a decision to a human under a hard budget, or keep the model's.
 
 Algorithms: ``ucb`` (the paper's Algorithm 1, linCBwK with GLM links, budget-safe) and the
-paper's baselines ``model_only``, ``arbitrary_human`` and ``best_reject``. Offline tools:
-:mod:`learners.deferral.opt` (OPT, BestReject's threshold in hindsight) and
+paper's baselines ``model_only``, ``arbitrary_human`` and ``best_reject``; ``neural_linear``
+(UCB on the embeddings of three small retrained networks, needs torch: ``neural`` extra).
+Offline tools: :mod:`learners.deferral.opt` (OPT, BestReject's threshold in hindsight) and
 :mod:`learners.deferral.scenarios` (the paper's synthetic settings).
 
 >>> import numpy as np
@@ -15,6 +16,7 @@ paper's baselines ``model_only``, ``arbitrary_human`` and ``best_reject``. Offli
 
 from learners.base import Learner
 from learners.deferral.baselines import ArbitraryHuman, BestReject, ModelOnly
+from learners.deferral.neural_linear import NeuralLinear
 from learners.deferral.ucb import UCB
 
 ALGORITHMS: dict[str, type[Learner]] = {
@@ -22,4 +24,5 @@ ALGORITHMS: dict[str, type[Learner]] = {
     "model_only": ModelOnly,
     "arbitrary_human": ArbitraryHuman,
     "best_reject": BestReject,
+    "neural_linear": NeuralLinear,
 }

@@ -12,7 +12,9 @@ Parameters common to all algorithms:
   without either, every context must carry its own ``graph``;
 * oracle: ``feature_dim`` D (required), ``feature_layout`` (``shared``: one vector per event,
   ``per_action``: one vector per action), ``update`` (``sgd`` or ``rls``), ``learning_rate``
-  (sgd, default 0.1), ``ridge`` (rls prior, default 1), ``bias`` (default true);
+  (sgd, default 0.1), ``ridge`` (rls prior, default 1), ``bias`` (default true); ``oracle``
+  (``linear``, default, or ``neural``: a torch network, with ``hidden_size``,
+  ``learning_rate`` and ``oracle_seed``, see :func:`learners.graph_cb.oracles.build_oracle`);
 * schedule: ``gamma_schedule`` and its settings (:mod:`learners.graph_cb.schedules`).
 
 Events: context ``{"features": [...] or [[...] per action], "graph": optional K x K}``;
@@ -32,7 +34,7 @@ import numpy as np
 
 from learners.base import JSON, Decided, Learned, Learner, LearnerError, check_unknown, require
 from learners.graph_cb.graphs import as_graph, independence_number, named_graph
-from learners.graph_cb.oracles import LinearOracle
+from learners.graph_cb.oracles import Oracle, build_oracle
 from learners.graph_cb.schedules import GammaSchedule
 
 
@@ -42,12 +44,13 @@ class GraphCBLearner(Learner):
     family: ClassVar[str] = "graph_cb"
     COMMON_PARAMS: ClassVar[set[str]] = {
         "actions", "graph", "graph_kind", "feature_dim", "feature_layout", "update",
-        "learning_rate", "ridge", "bias", *GammaSchedule.PARAMS,
+        "learning_rate", "ridge", "bias", "oracle", "hidden_size", "oracle_seed",
+        *GammaSchedule.PARAMS,
     }
     EXTRA_PARAMS: ClassVar[set[str]] = set()
 
     def __init__(
-        self, params: Mapping[str, Any], graph: np.ndarray | None, oracle: LinearOracle,
+        self, params: Mapping[str, Any], graph: np.ndarray | None, oracle: Oracle,
         schedule: GammaSchedule,
     ) -> None:
         self.params = dict(params)
@@ -74,15 +77,7 @@ class GraphCBLearner(Learner):
             raise LearnerError(f"'graph' has {graph.shape[0]} actions but 'actions' is {actions}")
         if params.get("graph_kind") is not None:
             graph = named_graph(str(params["graph_kind"]), actions)
-        oracle = LinearOracle(
-            actions=actions,
-            feature_dim=require(params, "feature_dim", int),
-            layout=str(params.get("feature_layout") or "shared"),
-            update=str(params.get("update") or "sgd"),
-            learning_rate=require(params, "learning_rate", float, 0.1),
-            ridge=require(params, "ridge", float, 1.0),
-            bias=bool(params.get("bias", True)),
-        )
+        oracle = build_oracle(params, actions)
         learner = cls(params, graph, oracle, GammaSchedule.from_params(params))
         learner.check_params()
         return learner

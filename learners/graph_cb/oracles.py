@@ -12,6 +12,10 @@ learning rate) or recursive least squares (``rls``, exact online ridge regressio
 D x D inverse Gram matrix per weight vector). Predictions are clipped to the loss range
 [-1, 1].
 
+:class:`NeuralOracle` (parameter ``oracle: "neural"``, needs torch from the ``neural`` extra,
+imported only when it is built) is the paper's ``sigmoid((M x)_a)`` or a one-hidden-layer
+network, trained by online gradient descent; :func:`build_oracle` chooses from the params.
+
 >>> import numpy as np
 >>> from learners.graph_cb.oracles import LinearOracle
 >>> oracle = LinearOracle(actions=2, feature_dim=1, layout="shared", update="rls")
@@ -24,12 +28,15 @@ D x D inverse Gram matrix per weight vector). Predictions are clipped to the los
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+import itertools
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Protocol
 
 import numpy as np
 
-from learners.base import JSON, LearnerError
+from learners.base import JSON, LearnerError, require
 
 LAYOUTS = ("shared", "per_action")
 UPDATES = ("sgd", "rls")
@@ -132,3 +139,256 @@ class LinearOracle:
         if self.inverse_gram is not None:
             self.inverse_gram = np.array(state["inverse_gram"], dtype=float)
         self.updates = int(state["updates"])
+
+
+NEURAL_LEARNING_RATE = 0.5  # default online-gradient step of the neural oracle
+NEURAL_HIDDEN_SIZE = 32  # default hidden width; 0 is the paper's sigmoid((M x)_a)
+ORACLES = ("linear", "neural")
+NEURAL_PARAMS = ("hidden_size", "oracle_seed")
+TORCH_MISSING = "the neural oracle needs torch: install banditflow[neural]"
+
+
+class Oracle(Protocol):
+    """What the graph_cb learners need from a regression oracle."""
+
+    actions: int
+
+    def predict(self, x: Sequence[Any] | np.ndarray) -> np.ndarray: ...
+
+    def update(self, x: Sequence[Any] | np.ndarray, action: int, loss: float) -> None: ...
+
+    def to_state(self) -> JSON: ...
+
+    def load_state(self, state: Mapping[str, Any]) -> None: ...
+
+
+def import_torch(message: str = TORCH_MISSING) -> Any:
+    """``torch``, imported on first use; a :class:`LearnerError` saying how to get it if absent."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise LearnerError(message) from exc
+    return torch
+
+
+@contextmanager
+def one_thread(torch: Any) -> Iterator[None]:
+    """Run torch on one intra-op thread (restored after): these networks are tiny, and on a
+    shared machine thread hand-offs cost far more than the arithmetic (and one thread keeps
+    the float reductions in one order)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def checked_features(
+    x: Sequence[Any] | np.ndarray, actions: int, feature_dim: int, layout: str
+) -> np.ndarray:
+    """The validated feature array of one context: D (shared) or K x D (per_action)."""
+    try:
+        array = np.asarray(x, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise LearnerError(f"'features' must be numbers: {exc}") from exc
+    expected = (feature_dim,) if layout == "shared" else (actions, feature_dim)
+    if array.shape != expected:
+        raise LearnerError(
+            f"'features' must have shape {expected} ({layout} layout), got {array.shape}"
+        )
+    if not np.all(np.isfinite(array)):
+        raise LearnerError("'features' must be finite")
+    return array
+
+
+class NeuralOracle:
+    """A small torch network trained by online gradient descent, as in the SquareCB.G paper.
+
+    The network maps features to a probability ``s in (0, 1)`` per action: ``shared`` layout
+    ``s = sigmoid(net(x))`` with K outputs, ``per_action`` layout ``s_a = sigmoid(net(x_a))``
+    with one output shared by the actions. ``net`` is ``x -> Linear(D, K)`` when
+    ``hidden_size`` is 0 (exactly the paper's ``sigmoid((M x)_a)``, M starting at 0) and
+    ``x -> Linear(D, H) -> ReLU -> Linear(H, K)`` otherwise (seeded uniform initialisation,
+    ``+-1/sqrt(fan_in)`` as torch's default, from ``torch.Generator().manual_seed(seed)``).
+
+    Losses: the paper's sigmoid output lies in [0, 1], banditflow's losses in [-1, 1], so a
+    loss ``l`` is learnt as the target ``y = (l + 1) / 2`` and predicted as
+    ``fhat = 2 s - 1`` (an affine map: the argmin and the gaps used by the action distribution
+    only scale by 2). Every :meth:`update` is one gradient step of ``(s_a - y)^2`` with the
+    constant ``learning_rate`` (no importance weights). Computations are float64 and the
+    weights are serialised as nested lists (``(D + 1) H + (H + 1) K`` numbers, or
+    ``(D + 1) K`` without a hidden layer; ``per_action`` has K = 1), so a restored oracle
+    predicts exactly as the original.
+
+    >>> import numpy as np
+    >>> from learners.graph_cb.oracles import NeuralOracle
+    >>> oracle = NeuralOracle(actions=2, feature_dim=1, hidden_size=0, learning_rate=1.0)
+    >>> for x in np.linspace(-1, 1, 400):
+    ...     oracle.update([x], 0, 0.5 * x)
+    ...     oracle.update([x], 1, -0.5 * x)
+    >>> oracle.predict([0.8]).round(1).tolist()
+    [0.4, -0.4]
+    """
+
+    def __init__(
+        self,
+        actions: int,
+        feature_dim: int,
+        layout: str = "shared",
+        hidden_size: int = NEURAL_HIDDEN_SIZE,
+        learning_rate: float = NEURAL_LEARNING_RATE,
+        bias: bool = True,
+        seed: int = 0,
+    ) -> None:
+        torch = import_torch()
+        if layout not in LAYOUTS:
+            raise LearnerError(
+                f"parameter 'feature_layout' must be one of {LAYOUTS}, got {layout!r}"
+            )
+        if feature_dim < 1:
+            raise LearnerError(f"parameter 'feature_dim' must be >= 1, got {feature_dim}")
+        if hidden_size < 0:
+            raise LearnerError(f"parameter 'hidden_size' must be >= 0, got {hidden_size}")
+        if learning_rate <= 0.0:
+            raise LearnerError("parameter 'learning_rate' must be positive")
+        self.torch = torch
+        self.actions = actions
+        self.feature_dim = feature_dim
+        self.layout = layout
+        self.hidden_size = hidden_size
+        self.learning_rate = learning_rate
+        self.bias = bias
+        self.seed = seed
+        outputs = actions if layout == "shared" else 1
+        sizes = [feature_dim, outputs] if hidden_size == 0 else [feature_dim, hidden_size, outputs]
+        generator = torch.Generator().manual_seed(seed)
+        self.layers: list[tuple[Any, Any]] = []  # (weight out x in, bias out) per layer
+        for fan_in, fan_out in itertools.pairwise(sizes):
+            if hidden_size == 0:
+                weight = torch.zeros(fan_out, fan_in, dtype=torch.float64)
+                offset = torch.zeros(fan_out, dtype=torch.float64)
+            else:
+                bound = 1.0 / math.sqrt(fan_in)
+                weight = (torch.rand(fan_out, fan_in, generator=generator,
+                                     dtype=torch.float64) * 2.0 - 1.0) * bound
+                offset = (torch.rand(fan_out, generator=generator,
+                                     dtype=torch.float64) * 2.0 - 1.0) * bound
+                if not bias:
+                    offset.zero_()
+            self.layers.append((weight, offset))
+        self.updates = 0
+
+    def _logits(self, inputs: Any) -> Any:
+        """Pre-sigmoid outputs: K values (shared) or one per row of ``inputs`` (per_action)."""
+        hidden = inputs
+        for index, (weight, offset) in enumerate(self.layers):
+            hidden = hidden @ weight.T
+            if self.bias:
+                hidden = hidden + offset
+            if index < len(self.layers) - 1:
+                hidden = self.torch.relu(hidden)
+        return hidden if self.layout == "shared" else hidden[:, 0]
+
+    def predict(self, x: Sequence[Any] | np.ndarray) -> np.ndarray:
+        """Predicted losses ``2 sigmoid(logit) - 1`` of the K actions, in (-1, 1)."""
+        inputs = self.torch.from_numpy(
+            checked_features(x, self.actions, self.feature_dim, self.layout)
+        )
+        with one_thread(self.torch), self.torch.no_grad():
+            probability = self.torch.sigmoid(self._logits(inputs))
+        return 2.0 * probability.numpy() - 1.0
+
+    def update(self, x: Sequence[Any] | np.ndarray, action: int, loss: float) -> None:
+        """One gradient step of ``(sigmoid(logit_action) - (loss + 1) / 2)^2``."""
+        torch = self.torch
+        inputs = torch.from_numpy(checked_features(x, self.actions, self.feature_dim, self.layout))
+        tensors = [tensor for layer in self.layers for tensor in layer]
+        with one_thread(torch):
+            for tensor in tensors:
+                tensor.requires_grad_(True)
+            try:
+                target = (float(loss) + 1.0) / 2.0
+                error = (torch.sigmoid(self._logits(inputs)[action]) - target) ** 2
+                gradients = torch.autograd.grad(error, tensors)
+            finally:
+                for tensor in tensors:
+                    tensor.requires_grad_(False)
+        with torch.no_grad():
+            for tensor, gradient in zip(tensors, gradients, strict=True):
+                tensor -= self.learning_rate * gradient
+            if not self.bias:
+                for _, offset in self.layers:
+                    offset.zero_()
+        self.updates += 1
+
+    def to_state(self) -> JSON:
+        """The weights as nested lists (see the class docstring for the count)."""
+        return {
+            "layers": [[weight.tolist(), offset.tolist()] for weight, offset in self.layers],
+            "updates": self.updates,
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`to_state` output (shapes are checked against the parameters)."""
+        layers = state["layers"]
+        if len(layers) != len(self.layers):
+            raise LearnerError(
+                f"oracle state has {len(layers)} layers, expected {len(self.layers)}"
+            )
+        restored = []
+        for (weight, offset), (old_weight, old_offset) in zip(layers, self.layers, strict=True):
+            new_weight = self.torch.tensor(weight, dtype=self.torch.float64)
+            new_offset = self.torch.tensor(offset, dtype=self.torch.float64)
+            if new_weight.shape != old_weight.shape or new_offset.shape != old_offset.shape:
+                raise LearnerError(
+                    f"oracle state has a layer {tuple(new_weight.shape)}, expected "
+                    f"{tuple(old_weight.shape)}"
+                )
+            restored.append((new_weight, new_offset))
+        self.layers = restored
+        self.updates = int(state["updates"])
+
+
+def build_oracle(params: Mapping[str, Any], actions: int) -> Oracle:
+    """The oracle chosen by parameter ``oracle`` (``linear``, default, or ``neural``).
+
+    ``linear``: ``update`` (sgd | rls), ``learning_rate`` (0.1), ``ridge`` (1), ``bias``.
+    ``neural`` (needs torch, the ``neural`` extra): ``hidden_size`` (default 32; 0 is the
+    paper's ``sigmoid((M x)_a)``), ``learning_rate`` (default 0.5), ``bias``, ``oracle_seed``
+    (seed of the initial weights, default 0); ``update`` may only be ``sgd`` and ``ridge``
+    does not apply.
+    """
+    kind = str(params.get("oracle") or "linear")
+    if kind not in ORACLES:
+        raise LearnerError(f"parameter 'oracle' must be one of {ORACLES}, got {kind!r}")
+    layout = str(params.get("feature_layout") or "shared")
+    feature_dim = require(params, "feature_dim", int)
+    bias = bool(params.get("bias", True))
+    if kind == "linear":
+        given = [name for name in NEURAL_PARAMS if params.get(name) is not None]
+        if given:
+            raise LearnerError(f"parameter {given[0]!r} needs \"oracle\": \"neural\"")
+        return LinearOracle(
+            actions=actions,
+            feature_dim=feature_dim,
+            layout=layout,
+            update=str(params.get("update") or "sgd"),
+            learning_rate=require(params, "learning_rate", float, 0.1),
+            ridge=require(params, "ridge", float, 1.0),
+            bias=bias,
+        )
+    if str(params.get("update") or "sgd") != "sgd":
+        raise LearnerError("the neural oracle learns by online gradient descent: "
+                           "parameter 'update' must be 'sgd'")
+    if params.get("ridge") is not None:
+        raise LearnerError("parameter 'ridge' applies to the linear oracle only")
+    return NeuralOracle(
+        actions=actions,
+        feature_dim=feature_dim,
+        layout=layout,
+        hidden_size=require(params, "hidden_size", int, NEURAL_HIDDEN_SIZE),
+        learning_rate=require(params, "learning_rate", float, NEURAL_LEARNING_RATE),
+        bias=bias,
+        seed=require(params, "oracle_seed", int, 0),
+    )

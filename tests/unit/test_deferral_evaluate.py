@@ -192,7 +192,7 @@ def test_summary_keys_are_the_worker_gauges() -> None:
         for gauge in ("budget_spent", "budget_remaining", "deferral_rate"):
             assert gauge in LEARNER_GAUGES and gauge in summary, (name, gauge)
         assert summary["budget"] == 3.0
-        assert ("dual_price" in summary) == (name == "ucb")
+        assert ("dual_price" in summary) == (name in ("ucb", "neural_linear"))
 
 
 def test_build_checks_the_budget_and_caches_best_reject(small_log: Path) -> None:

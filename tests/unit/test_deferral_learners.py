@@ -21,7 +21,8 @@ def build(algorithm: str, **params: Any) -> Any:
 
 
 def test_registry_lists_the_algorithms() -> None:
-    assert set(ALGORITHMS) == {"ucb", "model_only", "arbitrary_human", "best_reject"}
+    assert set(ALGORITHMS) == {"ucb", "neural_linear", "model_only", "arbitrary_human",
+                               "best_reject"}
     for name, cls in ALGORITHMS.items():
         assert cls.family == "deferral" and cls.algorithm == name
 
@@ -152,7 +153,7 @@ def test_outputs_pending_state_and_summary_are_json(algorithm: str) -> None:
     summary = learner.summary()
     assert {"budget", "budget_spent", "budget_reserved", "budget_remaining",
             "deferral_rate"} <= set(summary)
-    assert ("dual_price" in summary) == (algorithm == "ucb")
+    assert ("dual_price" in summary) == (algorithm in ("ucb", "neural_linear"))
     params = {**COMMON, **EXTRA.get(algorithm, {}), "feedback": "full"}
     state = json.loads(json.dumps(learner.to_state()))
     restored = ALGORITHMS[algorithm].from_state(params, state)
