@@ -52,7 +52,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Self
 
 from learners.base import LearnerError, check_unknown, require
-from learners.conformal.base import ConformalLearner
+from learners.conformal.base import ConformalLearner, target_coverage
 
 
 class ACI(ConformalLearner):
@@ -72,11 +72,7 @@ class ACI(ConformalLearner):
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> Self:
         check_unknown(params, cls.PARAMS)
-        alpha = require(params, "alpha", float, 0.9)
-        if not 0.0 < alpha < 1.0:
-            raise LearnerError(
-                f"parameter 'alpha' (target coverage) must be in (0, 1), got {alpha}"
-            )
+        alpha = target_coverage(params)
         gamma = require(params, "gamma", float, 0.005)
         if gamma <= 0.0:
             raise LearnerError(f"parameter 'gamma' (step size) must be > 0, got {gamma}")

@@ -14,7 +14,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from learners.base import Decided, Learned, Learner, LearnerError
+from learners.base import Decided, Learned, Learner, LearnerError, require
+
+
+def target_coverage(params: Mapping[str, Any]) -> float:
+    """The ``alpha`` parameter (target coverage, default 0.9), checked to lie in (0, 1)."""
+    alpha = require(params, "alpha", float, 0.9)
+    if not 0.0 < alpha < 1.0:
+        raise LearnerError(f"parameter 'alpha' (target coverage) must be in (0, 1), got {alpha}")
+    return alpha
 
 
 def validate_context(context: Mapping[str, Any]) -> tuple[list[Any], list[float]]:

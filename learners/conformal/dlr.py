@@ -48,7 +48,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Self
 
 from learners.base import LearnerError, check_unknown, require
-from learners.conformal.base import ConformalLearner
+from learners.conformal.base import ConformalLearner, target_coverage
 
 STEP_DECAY = 0.6  # eta_t = lr * t^(-STEP_DECAY): the paper's t^(-1/2 - eps) with eps = 0.1
 
@@ -68,11 +68,7 @@ class DLR(ConformalLearner):
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> Self:
         check_unknown(params, cls.PARAMS)
-        alpha = require(params, "alpha", float, 0.9)
-        if not 0.0 < alpha < 1.0:
-            raise LearnerError(
-                f"parameter 'alpha' (target coverage) must be in (0, 1), got {alpha}"
-            )
+        alpha = target_coverage(params)
         lr = require(params, "lr", float, 1.0)
         if lr <= 0.0:
             raise LearnerError(f"parameter 'lr' (learning rate) must be > 0, got {lr}")

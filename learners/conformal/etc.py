@@ -53,7 +53,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Self
 
 from learners.base import LearnerError, check_unknown, require
-from learners.conformal.base import ConformalLearner
+from learners.conformal.base import ConformalLearner, target_coverage
 from learners.conformal.sps import fixed_log_term
 
 
@@ -86,11 +86,7 @@ class ETC(ConformalLearner):
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> Self:
         check_unknown(params, cls.PARAMS)
-        alpha = require(params, "alpha", float, 0.9)
-        if not 0.0 < alpha < 1.0:
-            raise LearnerError(
-                f"parameter 'alpha' (target coverage) must be in (0, 1), got {alpha}"
-            )
+        alpha = target_coverage(params)
         if params.get("horizon") is None:
             raise LearnerError(f"{cls.algorithm} needs parameter 'horizon' (T)")
         horizon = require(params, "horizon", int)

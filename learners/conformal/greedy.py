@@ -51,94 +51,29 @@ True
 
 from __future__ import annotations
 
-import bisect
-import math
 from collections.abc import Mapping
 from typing import Any, ClassVar, Self
 
 from learners.base import LearnerError, check_unknown, require
-from learners.conformal.base import ConformalLearner
+from learners.conformal.base import target_coverage
+from learners.conformal.sps import SPS
 
 
-class Greedy(ConformalLearner):
-    """The plug-in (no confidence width) monotone threshold; see the module docstring."""
+class Greedy(SPS):
+    """The plug-in (no confidence width) monotone threshold: SPS with ``eps_n = 0``."""
 
     algorithm: ClassVar[str] = "greedy"
     PARAMS: ClassVar[set[str]] = {"alpha", "horizon"}
 
-    def __init__(self, alpha: float, horizon: int) -> None:
-        self.alpha = alpha
-        self.horizon = horizon
-        self.memory_bound = math.ceil((1.0 - alpha) * horizon) + 1
-        self.tau: float | None = None  # None is -inf: the full label set
-        self.n = 0
-        self.n_le = 0
-        self.above: list[float] = []
-        self.dropped = 0
-        self.drop_floor: float | None = None
-
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> Self:
         check_unknown(params, cls.PARAMS)
-        alpha = require(params, "alpha", float, 0.9)
-        if not 0.0 < alpha < 1.0:
-            raise LearnerError(
-                f"parameter 'alpha' (target coverage) must be in (0, 1), got {alpha}"
-            )
         if params.get("horizon") is None:
             raise LearnerError("greedy needs parameter 'horizon' (T); it bounds the memory")
         horizon = require(params, "horizon", int)
         if horizon < 1:
             raise LearnerError(f"parameter 'horizon' must be >= 1, got {horizon}")
-        return cls(alpha, horizon)
+        return cls(target_coverage(params), "fixed", horizon, delta=0.0)
 
-    @property
-    def threshold(self) -> float:
-        return -math.inf if self.tau is None else self.tau
-
-    def observe(self, score: float | None) -> None:
-        """Incorporate one feedback: the true score if covered, None for a miss."""
-        self.n += 1
-        if score is not None and (self.tau is None or score > self.tau):
-            self._insert(score)
-        else:
-            self.n_le += 1
-        k = math.floor(self.n * (1.0 - self.alpha))
-        if k < self.n_le:
-            return  # the k-th value is at or below tau: G_n(tau) already exceeds 1 - alpha
-        index = k - self.n_le
-        candidate = self.above[index] if index < len(self.above) else self.drop_floor
-        if candidate is None or (self.tau is not None and candidate <= self.tau):
-            return
-        below = bisect.bisect_left(self.above, candidate)
-        del self.above[:below]
-        self.n_le += below
-        self.tau = candidate
-
-    def _insert(self, score: float) -> None:
-        if self.drop_floor is not None and score >= self.drop_floor:
-            self.dropped += 1  # ranks above the memory bound: never selectable before T
-            return
-        bisect.insort(self.above, score)
-        if self.n_le + len(self.above) > self.memory_bound:
-            largest = self.above.pop()
-            self.dropped += 1
-            self.drop_floor = largest if self.drop_floor is None else min(self.drop_floor, largest)
-
-    def to_state(self) -> dict[str, Any]:
-        return {
-            "tau": self.tau,
-            "n": self.n,
-            "n_le": self.n_le,
-            "above": list(self.above),
-            "dropped": self.dropped,
-            "drop_floor": self.drop_floor,
-        }
-
-    def load_state(self, state: Mapping[str, Any]) -> None:
-        self.tau = state["tau"]
-        self.n = int(state["n"])
-        self.n_le = int(state["n_le"])
-        self.above = [float(v) for v in state["above"]]
-        self.dropped = int(state["dropped"])
-        self.drop_floor = state["drop_floor"]
+    def epsilon(self, n: int) -> float:
+        return 0.0  # no confidence width: the empirical quantile itself

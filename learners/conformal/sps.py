@@ -67,7 +67,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 
 from learners.base import LearnerError, check_unknown, require
-from learners.conformal.base import ConformalLearner
+from learners.conformal.base import ConformalLearner, target_coverage
 
 MIN_MAX_VALUES = 16
 
@@ -126,11 +126,7 @@ class SPS(ConformalLearner):
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> Self:
         check_unknown(params, cls.PARAMS)
-        alpha = require(params, "alpha", float, 0.9)
-        if not 0.0 < alpha < 1.0:
-            raise LearnerError(
-                f"parameter 'alpha' (target coverage) must be in (0, 1), got {alpha}"
-            )
+        alpha = target_coverage(params)
         horizon = params.get("horizon")
         schedule = str(params.get("schedule") or ("fixed" if horizon is not None else "anytime"))
         if schedule not in ("fixed", "anytime"):
