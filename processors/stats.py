@@ -7,6 +7,7 @@ Regret is exact where ground truth (the ``truth`` topic) arrived, otherwise an e
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -68,6 +69,8 @@ def on_truth(
     params: Mapping[str, Any],
 ) -> None:
     add(stats, "truth_rounds")
+    if family == "deferral" and truth.get("model_reward") is not None:
+        deferral_truth(stats, bool(output.get("defer")), truth)
     if family == "conformal":
         if truth.get("label") is not None:
             add(stats, "truth_covered", float(truth["label"] in output["labels"]))
@@ -76,6 +79,45 @@ def on_truth(
             if target is None:
                 target = 1.0 - float(params.get("alpha", 0.9))
             add(stats, "regret_exact", conformal_round_regret(truth["miscoverage"], target))
+
+
+# Deferral regret against OPT, live: OPT is the fractional knapsack of the realised rounds
+# (gain = human - model reward, weight = human cost), solved greedily by gain/cost ratio over a
+# histogram of ratios (bins of a quarter octave between 2^-8 and 2^8), so it stays compact
+# and approximate to within the bin width; the budget is pro-rated to the rounds seen.
+RATIO_BINS = 64
+
+
+def _ratio_bin(gain: float, cost: float) -> int:
+    if cost <= 0.0:
+        return RATIO_BINS - 1  # free gain: always taken first
+    return min(RATIO_BINS - 1, max(0, math.floor(4 * math.log2(gain / cost)) + RATIO_BINS // 2))
+
+
+def deferral_truth(stats: Stats, deferred: bool, truth: Mapping[str, Any]) -> None:
+    model, human = float(truth["model_reward"]), float(truth.get("human_reward") or 0.0)
+    cost = float(truth.get("human_cost") or 0.0)
+    add(stats, "truth_reward", human if deferred else model)
+    add(stats, "truth_model_reward", model)
+    if human > model:
+        i = _ratio_bin(human - model, cost)
+        add(stats, f"opt_gain_{i}", human - model)
+        add(stats, f"opt_cost_{i}", cost)
+
+
+def deferral_opt(stats: Stats, budget: float) -> float:
+    """Approximate OPT of the rounds with truth so far, given ``budget``."""
+    value, left = stats.get("truth_model_reward", 0.0), budget
+    for i in reversed(range(RATIO_BINS)):
+        gain, cost = stats.get(f"opt_gain_{i}", 0.0), stats.get(f"opt_cost_{i}", 0.0)
+        if gain <= 0.0:
+            continue
+        share = 1.0 if cost <= left else left / cost
+        value += share * gain
+        left -= share * cost
+        if left <= 0.0:
+            break
+    return value
 
 
 def gauges(family: str, stats: Stats, summary: Mapping[str, Any]) -> dict[str, Any]:
@@ -95,6 +137,11 @@ def gauges(family: str, stats: Stats, summary: Mapping[str, Any]) -> dict[str, A
         if stats.get("truth_rounds"):
             values["regret_exact"] = stats.get("regret_exact", 0.0)
             values["coverage_exact"] = stats.get("truth_covered", 0.0) / stats["truth_rounds"]
+    if family == "deferral" and stats.get("truth_rounds") and "budget" in summary:
+        horizon = float(summary.get("horizon") or stats["truth_rounds"])
+        budget = float(summary["budget"]) * stats["truth_rounds"] / horizon  # pro-rated
+        values["opt_reward"] = deferral_opt(stats, budget)
+        values["regret_exact"] = values["opt_reward"] - stats.get("truth_reward", 0.0)
     for name in AVERAGED:
         if stats.get(f"{name}_observed"):
             values[f"mean_{name}"] = stats[name] / stats[f"{name}_observed"]

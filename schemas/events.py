@@ -116,6 +116,9 @@ class Truth(Record):
         None, ge=0, le=1, description="conformal: G*(threshold used) of the environment"
     )
     target_miscoverage: float | None = Field(None, ge=0, le=1)
+    model_reward: float | None = Field(None, description="deferral: the model's realised reward")
+    human_reward: float | None = Field(None, description="deferral: the human's realised reward")
+    human_cost: float | None = Field(None, ge=0, description="deferral: the human's realised cost")
 
 
 class Decision(Record):

@@ -38,6 +38,7 @@ LEARNER_GAUGES: dict[str, str] = {
     "dual_price": "Dual price of the budget constraint (deferral)",
     "budget_spent": "Budget spent in the current period (deferral)",
     "budget_remaining": "Budget remaining in the current period (deferral)",
+    "opt_reward": "OPT of the rounds with ground truth, budget pro-rated (deferral)",
     "deferral_rate": "Fraction of decisions deferred to the human (deferral)",
 }
 

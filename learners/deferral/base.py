@@ -318,13 +318,15 @@ class DeferralLearner(Learner):
 
     def summary(self) -> dict[str, float | list[float]]:
         """Live values, named as the worker's gauges (``streams.metrics.LEARNER_GAUGES``):
-        ``budget`` (B per period), ``budget_spent`` (settled cost), ``budget_reserved``
-        (outstanding reservations), ``budget_remaining`` (``B - spent - reserved``), and the
-        current period's ``deferral_rate``; all of the current period."""
+        ``budget`` (B per period of ``horizon`` rounds), ``budget_spent`` (settled cost),
+        ``budget_reserved`` (outstanding reservations), ``budget_remaining``
+        (``B - spent - reserved``), and the current period's ``deferral_rate``; all of the
+        current period."""
         period_rounds = self.rounds - self.period * self.settings.horizon
         rate = self.period_deferrals / period_rounds if period_rounds else 0.0
         return {
             "budget": self.settings.budget,
+            "horizon": float(self.settings.horizon),
             "budget_spent": self.spent,
             "budget_reserved": self.reserved,
             "budget_remaining": self.budget_remaining,

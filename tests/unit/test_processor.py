@@ -362,3 +362,32 @@ def test_multi_part_feedback_reaches_the_learner_with_its_part() -> None:
     assert p.pending[f"d/{eid}"]["status"] == "settled"
     assert p.pending[f"d/{eid}"]["parts"] == ["model", "human"]
     assert p.learners["d"]["stats"]["feedback"] == 1
+
+
+def test_deferral_regret_against_opt_from_truth() -> None:
+    """Truth with the realised rewards and cost gives the live regret against OPT."""
+    from learners.deferral.opt import fractional_knapsack_opt
+    from processors import stats as learner_stats
+
+    rng = np.random.default_rng(4)
+    p = Processor({}, {})
+    p.on_config("d", encode({"learner_id": "d", "family": "deferral", "algorithm": "ucb",
+                             "params": {"dim": 2, "budget": 20.0, "horizon": 400,
+                                        "warmup": 400}}), CONFIGS, 0.0)
+    rows = []
+    for i in range(400):
+        decision = p.on_context(encode({"learner_id": "d", "event_id": f"e{i}",
+                                        "features": [0.6, 0.8]}), CONTEXTS, float(i)).decisions[0]
+        model, human, cost = rng.random(), rng.random(), 0.05 + 0.95 * rng.random()
+        rows.append((model, human, cost, decision.output["defer"]))
+        truth = {"learner_id": "d", "event_id": f"e{i}", "model_reward": model,
+                 "human_reward": human, "human_cost": cost}
+        assert p.on_truth(encode(truth), Source("truth"), float(i)).dead_letters == []
+    entry = p.learners["d"]
+    values = learner_stats.gauges("deferral", entry["stats"], {"budget": 20.0, "horizon": 400})
+    model, human, cost, deferred = (np.array(c) for c in zip(*rows, strict=True))
+    exact = fractional_knapsack_opt(model, human, cost, 20.0).value
+    reward = float(np.where(deferred, human, model).sum())
+    assert values["opt_reward"] == pytest.approx(exact, rel=0.02)  # ratio-histogram OPT
+    assert values["regret_exact"] == pytest.approx(values["opt_reward"] - reward)
+    assert values["regret_exact"] > 0
