@@ -38,8 +38,7 @@ algorithm runs on the embeddings), plus ``hidden_size``, ``window``, ``retrain_e
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Self
 
 import numpy as np
@@ -48,8 +47,8 @@ from learners.base import JSON, LearnerError, require
 from learners.deferral.base import DeferralLearner, Settings
 from learners.deferral.estimators import Arm, Estimate
 from learners.deferral.ucb import UCB
+from learners.torch_support import import_torch, one_thread
 
-TORCH_MISSING = "the neural_linear deferral learner needs torch: install banditflow[neural]"
 NETWORKS = ("model", "human", "cost")  # what each network predicts
 HISTORIES = {"model": "model", "human": "human", "cost": "human"}  # network -> its history
 TARGET_COLUMN = {"model": -1, "human": -2, "cost": -1}  # network -> column of its history rows
@@ -62,28 +61,6 @@ NEURAL_DEFAULTS: dict[str, Any] = {
     "learning_rate": 5e-4,
     "seed": 0,
 }
-
-
-def import_torch() -> Any:
-    """``torch``, imported on first use; a :class:`LearnerError` saying how to get it if absent."""
-    try:
-        import torch
-    except ImportError as exc:
-        raise LearnerError(TORCH_MISSING) from exc
-    return torch
-
-
-@contextmanager
-def one_thread(torch: Any) -> Iterator[None]:
-    """Run torch on one intra-op thread (restored after): these networks are tiny, and on a
-    shared machine thread hand-offs cost far more than the arithmetic (and one thread keeps
-    the float reductions in one order)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 class Network:
@@ -158,7 +135,7 @@ class NeuralLinear(UCB):
                     f"parameter {name!r} must be 'identity' for neural_linear (the linear "
                     f"algorithm runs on the embeddings), got {params[name]!r}"
                 )
-        torch = import_torch()
+        torch = import_torch("the neural_linear deferral learner")
         learner = super().build(settings, params)
         values = {}
         for name, default in NEURAL_DEFAULTS.items():

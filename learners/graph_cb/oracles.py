@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
 from learners.base import JSON, LearnerError, require
+from learners.torch_support import import_torch, one_thread
 
 LAYOUTS = ("shared", "per_action")
 UPDATES = ("sgd", "rls")
@@ -145,7 +145,6 @@ NEURAL_LEARNING_RATE = 0.5  # default online-gradient step of the neural oracle
 NEURAL_HIDDEN_SIZE = 32  # default hidden width; 0 is the paper's sigmoid((M x)_a)
 ORACLES = ("linear", "neural")
 NEURAL_PARAMS = ("hidden_size", "oracle_seed")
-TORCH_MISSING = "the neural oracle needs torch: install banditflow[neural]"
 
 
 class Oracle(Protocol):
@@ -160,28 +159,6 @@ class Oracle(Protocol):
     def to_state(self) -> JSON: ...
 
     def load_state(self, state: Mapping[str, Any]) -> None: ...
-
-
-def import_torch(message: str = TORCH_MISSING) -> Any:
-    """``torch``, imported on first use; a :class:`LearnerError` saying how to get it if absent."""
-    try:
-        import torch
-    except ImportError as exc:
-        raise LearnerError(message) from exc
-    return torch
-
-
-@contextmanager
-def one_thread(torch: Any) -> Iterator[None]:
-    """Run torch on one intra-op thread (restored after): these networks are tiny, and on a
-    shared machine thread hand-offs cost far more than the arithmetic (and one thread keeps
-    the float reductions in one order)."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def checked_features(
@@ -241,7 +218,7 @@ class NeuralOracle:
         bias: bool = True,
         seed: int = 0,
     ) -> None:
-        torch = import_torch()
+        torch = import_torch("the neural oracle")
         if layout not in LAYOUTS:
             raise LearnerError(
                 f"parameter 'feature_layout' must be one of {LAYOUTS}, got {layout!r}"
