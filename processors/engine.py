@@ -455,23 +455,18 @@ class Processor:
         if feedback is None:
             return out
         lid, eid = feedback.learner_id, feedback.event_id
+
+        def dead(reason: str, detail: str) -> Emitted:
+            self._dead(out, reason, detail, raw, source, now, lid, eid)
+            return out
+
         entry = self.learners.get(lid)
         key = pending_key(lid, eid)
         part = feedback.part or ""
         record = self.pending.get(key)
         if record is None or record["status"] in ("early", "awaiting_learner"):
             if not hold_if_unknown:
-                self._dead(
-                    out,
-                    "unknown_decision",
-                    "no decision for this event_id",
-                    raw,
-                    source,
-                    now,
-                    lid,
-                    eid,
-                )
-                return out
+                return dead("unknown_decision", "no decision for this event_id")
             held = list(record["held"]) if record else []
             if any(item["part"] == part for item in held):
                 self.sink.processed(source.topic, "deduplicated")
@@ -499,48 +494,27 @@ class Processor:
         if record["status"] == "settled":
             if part in record["parts"]:
                 self.sink.processed(source.topic, "deduplicated")
-            elif record["settled_by"] == "timeout":
-                self._dead(
-                    out,
+                return out
+            if record["settled_by"] == "timeout":
+                return dead(
                     "decision_expired",
-                    "feedback arrived after the decision's feedback timeout; the timeout "
-                    "rule was already applied",
-                    raw,
-                    source,
-                    now,
-                    lid,
-                    eid,
+                    "feedback arrived after the decision's feedback timeout; the timeout rule "
+                    "was already applied",
                 )
-            else:
-                self._dead(
-                    out,
-                    "decision_settled",
-                    f"the decision was already settled ({record['settled_by']})",
-                    raw,
-                    source,
-                    now,
-                    lid,
-                    eid,
-                )
-            return out
+            return dead(
+                "decision_settled", f"the decision was already settled ({record['settled_by']})"
+            )
         seq = record["seq"]
         if record["version"] != entry["version"]:
             entry = self._editable(entry)
             settled_record.settle(entry["settled"], seq)
             self.learners[lid] = entry
             self._settle(key, record, part, "stale_version", now)
-            self._dead(
-                out,
+            return dead(
                 "stale_version",
                 f"decided by learner version {record['version']}, which has since been "
                 f"reconfigured to version {entry['version']}",
-                raw,
-                source,
-                now,
-                lid,
-                eid,
             )
-            return out
         if self._already_applied(entry, seq, part):
             self._repair(key, record, entry, part, now)
             self.sink.processed(source.topic, "deduplicated")
@@ -551,9 +525,9 @@ class Processor:
             learned = learner.learn(record["pending"], fields)
         except (LearnerError, ValueError, TypeError, IndexError, KeyError) as exc:
             self._cache.pop(lid, None)
-            reason = "learner_rejected" if isinstance(exc, LearnerError) else "learner_error"
-            self._dead(out, reason, str(exc), raw, source, now, lid, eid)
-            return out
+            return dead(
+                "learner_rejected" if isinstance(exc, LearnerError) else "learner_error", str(exc)
+            )
         entry = self._editable(entry)
         stats.on_learned(entry["stats"], learned.metrics, settled=learned.done)
         self._mark_applied(entry, seq, part, learned.done)

@@ -25,6 +25,13 @@ def broker_binary() -> str:
         raise BrokerError(f"the embedded broker binary is missing: {exc}") from exc
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (the OS picks it)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
 def port_open(host: str, port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(0.2)

@@ -6,22 +6,15 @@ feedback and truth), as `banditflow demo` runs them. Prints a table; no assertio
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
 
 import numpy as np
 
-from streams.broker import EmbeddedBroker
+from streams.broker import EmbeddedBroker, free_port
 from streams.demo import stop, wait_until_ready
 from streams.simulate import SimulationSettings, run_simulation
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_pipeline_throughput_and_latency(tmp_path) -> None:

@@ -4,7 +4,6 @@ worker processes. Every process started here is stopped in teardown, failures in
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -17,15 +16,9 @@ from typing import Any
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from streams.broker import EmbeddedBroker
+from streams.broker import EmbeddedBroker, free_port
 from streams.scrape import fetch
 from streams.topics import Topics, ensure_topics
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

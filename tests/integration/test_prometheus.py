@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -24,6 +23,7 @@ from typing import Any
 import pytest
 from kafka import KafkaProducer
 
+from streams.broker import free_port
 from streams.simulate import SimulationSettings, run_simulation
 
 pytestmark = pytest.mark.integration
@@ -49,11 +49,6 @@ REQUIRED_ALERTS = {
     "BanditflowDecisionLatencyHigh",
 }
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def binary(name: str) -> str:
