@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
@@ -60,6 +61,13 @@ class Learner(ABC):
 
     family: ClassVar[str]
     algorithm: ClassVar[str]
+    #: The algorithm's own parameters (families add their common ones in ``parameters``).
+    PARAMS: ClassVar[set[str]] = set()
+
+    @classmethod
+    def parameters(cls) -> frozenset[str]:
+        """Every parameter ``from_params`` accepts."""
+        return frozenset(cls.PARAMS)
 
     @abstractmethod
     def decide(self, context: Mapping[str, Any], rng: np.random.Generator) -> Decided:
@@ -113,7 +121,7 @@ def require(params: Mapping[str, Any], name: str, kind: type, default: Any = Non
     return converted
 
 
-def check_unknown(params: Mapping[str, Any], known: set[str]) -> None:
+def check_unknown(params: Mapping[str, Any], known: AbstractSet[str]) -> None:
     """Reject parameters the algorithm does not know (typos would otherwise pass silently)."""
     unknown = sorted(set(params) - known)
     if unknown:

@@ -71,7 +71,7 @@ class ACI(ConformalLearner):
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> Self:
-        check_unknown(params, cls.PARAMS)
+        check_unknown(params, cls.parameters())
         alpha = target_coverage(params)
         gamma = require(params, "gamma", float, 0.005)
         if gamma <= 0.0:

@@ -67,7 +67,7 @@ class DLR(ConformalLearner):
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> Self:
-        check_unknown(params, cls.PARAMS)
+        check_unknown(params, cls.parameters())
         alpha = target_coverage(params)
         lr = require(params, "lr", float, 1.0)
         if lr <= 0.0:

@@ -85,7 +85,7 @@ class ETC(ConformalLearner):
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> Self:
-        check_unknown(params, cls.PARAMS)
+        check_unknown(params, cls.parameters())
         alpha = target_coverage(params)
         if params.get("horizon") is None:
             raise LearnerError(f"{cls.algorithm} needs parameter 'horizon' (T)")

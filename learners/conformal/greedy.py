@@ -67,7 +67,7 @@ class Greedy(SPS):
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> Self:
-        check_unknown(params, cls.PARAMS)
+        check_unknown(params, cls.parameters())
         if params.get("horizon") is None:
             raise LearnerError("greedy needs parameter 'horizon' (T); it bounds the memory")
         horizon = require(params, "horizon", int)

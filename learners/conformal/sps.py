@@ -125,7 +125,7 @@ class SPS(ConformalLearner):
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> Self:
-        check_unknown(params, cls.PARAMS)
+        check_unknown(params, cls.parameters())
         alpha = target_coverage(params)
         horizon = params.get("horizon")
         schedule = str(params.get("schedule") or ("fixed" if horizon is not None else "anytime"))

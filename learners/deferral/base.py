@@ -138,6 +138,10 @@ class DeferralLearner(Learner):
     family: ClassVar[str] = "deferral"
     PARAMS: ClassVar[set[str]] = set()  # the algorithm's own parameters
 
+    @classmethod
+    def parameters(cls) -> frozenset[str]:
+        return frozenset(Settings.PARAMS | cls.PARAMS)
+
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.rounds = 0  # decisions made over the learner's life
@@ -149,7 +153,7 @@ class DeferralLearner(Learner):
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> Self:
-        check_unknown(params, Settings.PARAMS | cls.PARAMS)
+        check_unknown(params, cls.parameters())
         return cls.build(Settings.from_params(params), params)
 
     @classmethod

@@ -49,6 +49,10 @@ class GraphCBLearner(Learner):
     }
     EXTRA_PARAMS: ClassVar[set[str]] = set()
 
+    @classmethod
+    def parameters(cls) -> frozenset[str]:
+        return frozenset(cls.COMMON_PARAMS | cls.EXTRA_PARAMS)
+
     def __init__(
         self, params: Mapping[str, Any], graph: np.ndarray | None, oracle: Oracle,
         schedule: GammaSchedule,
@@ -64,7 +68,7 @@ class GraphCBLearner(Learner):
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> Self:
-        check_unknown(params, cls.COMMON_PARAMS | cls.EXTRA_PARAMS)
+        check_unknown(params, cls.parameters())
         graph = None
         if params.get("graph") is not None and params.get("graph_kind") is not None:
             raise LearnerError("give either parameter 'graph' or 'graph_kind', not both")

@@ -90,6 +90,10 @@ class ProbGraphLearner(Learner):
     COMMON_PARAMS: ClassVar[set[str]] = {"arms", "edges", "rewards", "case", "warmup_observations"}
     PARAMS: ClassVar[set[str]] = set()
 
+    @classmethod
+    def parameters(cls) -> frozenset[str]:
+        return frozenset(cls.COMMON_PARAMS | cls.PARAMS)
+
     def __init__(self, setting: Setting, warmup_observations: int) -> None:
         self.setting = setting
         self.warmup_observations = warmup_observations
@@ -103,7 +107,7 @@ class ProbGraphLearner(Learner):
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> Self:
-        check_unknown(params, cls.COMMON_PARAMS | cls.PARAMS)
+        check_unknown(params, cls.parameters())
         if "arms" not in params or "edges" not in params:
             raise LearnerError("parameters 'arms' and 'edges' are required")
         setting = parse_setting(

@@ -177,7 +177,7 @@ def build(
 
     def params_for(algorithm: str) -> dict[str, Any]:
         params: dict[str, Any] = {"alpha": args.alpha}
-        if "horizon" in learner_class("conformal", algorithm).PARAMS:
+        if "horizon" in learner_class("conformal", algorithm).parameters():
             params["horizon"] = horizon
         return params
 
