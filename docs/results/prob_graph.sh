@@ -24,7 +24,7 @@ NAMES="revealing revealing-cascade er er-cascade clique clique-cascade random ra
 LEARNERS="lp_policy ucb_n thompson"
 # Horizons and seeds (chosen for 2 cores shared with other jobs; see the report):
 T_LONG=${T_LONG:-100000}      # revealing graph, lp_policy and ucb_n, LONG_SEEDS, direct
-LONG_SEEDS=${LONG_SEEDS:-0-2}
+LONG_SEEDS=${LONG_SEEDS:-0-9}
 T_REVEAL=${T_REVEAL:-10000}   # revealing graph (both cases), 10 seeds, direct
 T_MID=${T_MID:-3000}          # the other six scenarios, 10 seeds, direct
 SEEDS=${SEEDS:-0-9}
