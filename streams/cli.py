@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import sys
 import time
@@ -269,13 +268,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_kcat(argv[1:])
     args = build_parser().parse_args(argv)
     return int(args.func(args) or 0)
-
-
-def require_binary(name: str, hint: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        raise SystemExit(f"{name} not found: {hint}")
-    return path
 
 
 if __name__ == "__main__":

@@ -6,14 +6,12 @@ feedback and truth), as `banditflow demo` runs them. Prints a table; no assertio
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 
 import numpy as np
 
 from streams.broker import EmbeddedBroker, free_port
-from streams.demo import stop, wait_until_ready
+from streams.demo import start_worker, stop, wait_until_ready
 from streams.simulate import SimulationSettings, run_simulation
 
 
@@ -21,25 +19,7 @@ def test_pipeline_throughput_and_latency(tmp_path) -> None:
     events, window = 4000, 200
     with EmbeddedBroker(port=free_port(), log_path=tmp_path / "broker.log") as broker:
         web_port = free_port()
-        with open(tmp_path / "worker.log", "ab") as log:
-            worker = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "streams.cli",
-                    "worker",
-                    "--bootstrap",
-                    broker.bootstrap,
-                    "--prefix",
-                    "bench",
-                    "--app-id",
-                    "bench",
-                    "--web-port",
-                    str(web_port),
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
+        worker = start_worker(broker.bootstrap, web_port, 4, "bench", tmp_path / "worker.log")
         try:
             wait_until_ready(worker, web_port, timeout_s=90)
             started = time.monotonic()

@@ -7,7 +7,6 @@ import json
 import subprocess
 import sys
 import time
-import urllib.error
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from streams.broker import EmbeddedBroker, free_port
+from streams.demo import stop, wait_until_ready
 from streams.scrape import fetch
 from streams.topics import Topics, ensure_topics
 
@@ -53,28 +53,31 @@ class Worker:
         return self.log_path.read_text(errors="replace")
 
     def wait_ready(self, timeout_s: float = 90.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise AssertionError(f"worker exited ({self.process.returncode}):\n{self.log()}")
-            try:
-                fetch(f"http://127.0.0.1:{self.web_port}/ready", timeout_s=1.0)
-                return
-            except (urllib.error.URLError, OSError):
-                time.sleep(0.3)
-        raise AssertionError(f"worker not ready after {timeout_s}s:\n{self.log()[-3000:]}")
+        try:
+            wait_until_ready(self.process, self.web_port, timeout_s)
+        except RuntimeError as exc:
+            raise AssertionError(f"{exc}:\n{self.log()[-3000:]}") from None
 
     def stop(self, kill: bool = False) -> None:
-        if self.process.poll() is None:
-            if kill:
-                self.process.kill()
-            else:
-                self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if kill and self.process.poll() is None:
+            self.process.kill()
+        stop(self.process)
+
+
+def poll_until(condition: Callable[[], object], timeout_s: float = 60.0) -> None:
+    """Wait until ``condition()`` is true, polling every 0.3 s; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"condition not met within {timeout_s}s")
+
+
+@pytest.fixture
+def wait_until() -> Callable[..., None]:
+    """:func:`poll_until`, for the tests."""
+    return poll_until
 
 
 @pytest.fixture

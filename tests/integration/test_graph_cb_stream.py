@@ -8,7 +8,6 @@ exported."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import numpy as np
@@ -35,17 +34,9 @@ def random_graph(rng: np.random.Generator) -> list[list[float]]:
     return graph.tolist()
 
 
-def wait_until(condition: Any, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.3)
-    raise AssertionError("condition not met in time")
-
 
 def test_graph_cb_decisions_feedback_state_and_metrics(
-    broker, start_worker, producer: KafkaProducer, read_topic
+    broker, start_worker, producer: KafkaProducer, read_topic, wait_until
 ) -> None:
     worker = start_worker(PREFIX, partitions=2)
     topics = worker.topics

@@ -32,7 +32,7 @@ def kcat_produce(bootstrap: str, topic: str, lines: list[tuple[str, str]]) -> No
     shutil.which("kcat") is None, reason="kcat not installed (apt-get install kcat)"
 )
 def test_contexts_decisions_feedback_metrics_and_dead_letters(
-    broker, start_worker, producer: KafkaProducer, read_topic
+    broker, start_worker, producer: KafkaProducer, read_topic, wait_until
 ) -> None:
     worker = start_worker("pipe", partitions=3, extra_args=["--max-event-bytes", "3000"])
     topics = worker.topics
@@ -216,13 +216,3 @@ def test_contexts_decisions_feedback_metrics_and_dead_letters(
         )
         assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
 
-
-def wait_until(condition, timeout_s: float = 60.0) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.3)
-    raise AssertionError("condition not met in time")

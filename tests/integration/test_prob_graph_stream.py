@@ -5,9 +5,7 @@ the per-arm pulls in /metrics."""
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
-from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -31,17 +29,9 @@ SCENARIO = parse_scenario(
 )
 
 
-def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.3)
-    raise AssertionError("condition not met in time")
-
 
 def test_partial_feedback_complete_marker_timeout_dedupe_and_arm_pulls(
-    broker, start_worker, producer: KafkaProducer, read_topic
+    broker, start_worker, producer: KafkaProducer, read_topic, wait_until
 ) -> None:
     worker = start_worker("pgraph", partitions=2)
     topics = worker.topics
