@@ -172,8 +172,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from streams.evaluation import run_evaluate
+    from streams.evaluation.engine import LogError, ReplayError
 
-    return run_evaluate(args)
+    try:
+        return run_evaluate(args)
+    except (LogError, ReplayError) as exc:  # the user's log or parameters, not a bug
+        raise SystemExit(f"banditflow evaluate: {exc}") from None
 
 
 def cmd_make_log(args: argparse.Namespace) -> int:

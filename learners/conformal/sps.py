@@ -175,7 +175,8 @@ class SPS(ConformalLearner):
             self.dropped += 1  # ranks above the memory bound: never selectable before T
         else:
             bisect.insort(self.above, score)
-        self._trim()
+        if self.memory_bound is not None and self.n_le + len(self.above) > self.memory_bound:
+            self._trim()
         eps = self.epsilon(self.n)
         if eps > 1.0 - self.alpha:
             return  # burn-in: the DKW band is too wide to exclude any label yet
@@ -246,9 +247,7 @@ class SPS(ConformalLearner):
     def _trim(self) -> None:
         """Drop the values whose rank exceeds the memory bound: ranks only grow, and no rank
         above (1 - alpha) T is ever selected within the horizon."""
-        if self.memory_bound is None:
-            return
-        while self.above and self.n_le + len(self.above) > self.memory_bound:
+        while self.above and self.n_le + len(self.above) > self.memory_bound:  # type: ignore[operator]
             largest = self.above.pop()
             self.dropped += 1
             self.drop_floor = largest if self.drop_floor is None else min(self.drop_floor, largest)

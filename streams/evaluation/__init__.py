@@ -77,6 +77,14 @@ def add_evaluate_options(parser: argparse.ArgumentParser) -> None:
         metavar="NAME=JSON",
         help="extra learner parameter, e.g. --param gamma=0.01 (repeatable)",
     )
+    parser.add_argument(
+        "--engine",
+        choices=("processors", "direct"),
+        default="processors",
+        help="processors (default): every event as JSON through the worker's processors; "
+        "direct (conformal only): the learners driven straight from the log, same results "
+        "(tested against the processors), about 30x faster",
+    )
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     for family in available_families():
@@ -104,10 +112,31 @@ def build_task(args: argparse.Namespace, seed: int) -> tuple[Any, Callable[[str]
     return task, lambda algorithm: {**params_for(algorithm), **extra}
 
 
+Engine = Callable[..., tuple[list[dict[str, Any]], dict[str, Any], Any]]
+
+
+def replay_engine(args: argparse.Namespace) -> Engine:
+    """``replay`` (the processors) or the family's ``replay_direct``."""
+    if args.engine == "processors":
+        return replay
+    module = task_module(args.family)
+    if not hasattr(module, "replay_direct"):
+        direct = [f for f in available_families() if hasattr(task_module(f), "replay_direct")]
+        raise SystemExit(
+            f"--engine direct is not available for {args.family!r} (only for: "
+            f"{', '.join(direct)}); use --engine processors"
+        )
+    return module.replay_direct
+
+
 def run_evaluate(args: argparse.Namespace) -> int:
     learners = [name.strip() for name in args.learner.split(",") if name.strip()]
     seeds = [int(s) for s in str(args.seed).split(",") if s.strip()]
-    delay = Delay.parse(args.delay, args.loss)
+    try:
+        delay = Delay.parse(args.delay, args.loss)
+    except ValueError as exc:
+        raise SystemExit(f"--delay/--loss: {exc}") from None
+    engine = replay_engine(args)
     single = len(learners) == 1 and len(seeds) == 1
     summaries: dict[str, list[dict[str, Any]]] = {}
     curves: dict[str, dict[str, list[np.ndarray]]] = {}
@@ -116,7 +145,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             task, params_for = build_task(args, seed)
             label = f"{algorithm} seed {seed}"
             progress = None if args.quiet else Progress(label, args.horizon)
-            rows, summary, _ = replay(
+            rows, summary, _ = engine(
                 task,
                 algorithm,
                 params_for(algorithm),
@@ -130,6 +159,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
                 "learner": algorithm,
                 "seed": seed,
                 "params": params_for(algorithm),
+                "engine": args.engine,
                 **summary,
             }
             run_curves = task.curves(rows)

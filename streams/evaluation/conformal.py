@@ -16,22 +16,28 @@ tau_t > tau*, and regret sum_t phi(tau*) - phi(tau_t) with the paper's phi
 from __future__ import annotations
 
 import argparse
-import bisect
 import json
 import math
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from learners.base import LearnerError
+from learners.conformal.base import ConformalLearner
 from learners.registry import learner_class
 from processors.stats import conformal_round_regret
-from streams.evaluation.engine import LoggedRound, finite_or_none
-
-
-class LogError(ValueError):
-    pass
+from streams.evaluation.engine import (
+    Delay,
+    FeedbackSchedule,
+    LogError,
+    LoggedRound,
+    ReplayError,
+    finite_or_none,
+    replay_summary,
+)
 
 
 def read_log(path: Path, horizon: int | None = None) -> list[dict[str, Any]]:
@@ -54,6 +60,11 @@ def read_log(path: Path, horizon: int | None = None) -> list[dict[str, Any]]:
                 raise LogError(f"{path}:{number}: {len(labels)} labels but {len(scores)} scores")
             if not all(isinstance(s, int | float) and math.isfinite(s) for s in scores):
                 raise LogError(f"{path}:{number}: scores must be finite numbers")
+            if not all(isinstance(label, str | int) and label is not True and label is not False
+                       for label in labels):
+                raise LogError(f"{path}:{number}: labels must be strings or integers")
+            if len(set(labels)) != len(labels):
+                raise LogError(f"{path}:{number}: duplicate labels (labels must be unique)")
             if "true_label" not in record:
                 raise LogError(f"{path}:{number}: missing 'true_label'")
             rounds.append(
@@ -70,10 +81,19 @@ def read_log(path: Path, horizon: int | None = None) -> list[dict[str, Any]]:
 
 
 def true_score(record: Mapping[str, Any]) -> float:
+    """The true label's score; NaN when it is not a candidate (never covered)."""
     labels = record["labels"]
     if record["true_label"] in labels:
         return float(record["scores"][labels.index(record["true_label"])])
-    return -math.inf
+    return math.nan
+
+
+def threshold_of(row: Mapping[str, Any]) -> float:
+    """A trajectory row's threshold as a number: null is unbounded, -inf for the full set
+    and +inf for the empty set (the only sets without a finite threshold)."""
+    if row["threshold"] is not None:
+        return float(row["threshold"])
+    return -math.inf if row["set_size"] else math.inf
 
 
 class ConformalTask:
@@ -84,19 +104,28 @@ class ConformalTask:
     def __init__(self, records: list[dict[str, Any]], alpha: float) -> None:
         self.records = records
         self.alpha = alpha
-        self.true_scores = sorted(true_score(r) for r in records)
+        self.round_true_scores = [true_score(r) for r in records]
+        # A true label that is not a candidate scores below everything: -inf in G*.
+        self.true_scores = np.sort(np.nan_to_num(self.round_true_scores, nan=-np.inf))
         n = len(self.true_scores)
         # #{s < tau} <= floor(n (1 - alpha)) holds exactly up to the (floor + 1)-th score
         # (the epsilon keeps e.g. 10 * (1 - 0.8) = 1.9999999999999996 from flooring to 1).
         rank = math.floor(n * (1.0 - alpha) + 1e-9)
-        self.tau_star = self.true_scores[min(rank, n - 1)]
+        self.tau_star = float(self.true_scores[min(rank, n - 1)])
         self.target_miscoverage = 1.0 - alpha
 
-    def miscoverage(self, threshold: float | None) -> float:
-        """G*(threshold) under the log's empirical distribution."""
-        if threshold is None:
-            return 0.0
-        return bisect.bisect_left(self.true_scores, threshold) / len(self.true_scores)
+    def miscoverage(self, thresholds: np.ndarray) -> np.ndarray:
+        """G*(tau) under the log's empirical distribution, for an array of thresholds."""
+        return np.searchsorted(self.true_scores, thresholds, side="left") / len(self.true_scores)
+
+    def round_regret(self, thresholds: np.ndarray) -> np.ndarray:
+        """phi(tau*) - phi(tau_t) per round, with the paper's phi."""
+        regret = np.vectorize(conformal_round_regret, otypes=[float])
+        target = self.target_miscoverage
+        optimum = conformal_round_regret(float(self.miscoverage(self.tau_star)), target)
+        # phi is piecewise linear in G*: evaluate it once per distinct threshold.
+        distinct, inverse = np.unique(thresholds, return_inverse=True)
+        return regret(self.miscoverage(distinct), target)[inverse] - optimum
 
     def rounds(self) -> Iterator[LoggedRound]:
         for record in self.records:
@@ -120,42 +149,148 @@ class ConformalTask:
             "set_size": output["set_size"],
         }
 
+    def columns(self, rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+        return {
+            "threshold": np.array([threshold_of(row) for row in rows], dtype=float),
+            "covered": np.array([row["covered"] for row in rows], dtype=bool),
+            "set_size": np.array([row["set_size"] for row in rows], dtype=float),
+        }
+
     def summary(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        optimum = conformal_round_regret(self.miscoverage(self.tau_star), self.target_miscoverage)
-        regret = sum(
-            conformal_round_regret(self.miscoverage(row["threshold"]), self.target_miscoverage)
-            - optimum
-            for row in rows
-        )
+        columns = self.columns(rows)
+        thresholds = columns["threshold"]
         return {
             "rounds": len(rows),
             "alpha": self.alpha,
-            "coverage": sum(row["covered"] for row in rows) / len(rows),
-            "mean_set_size": sum(row["set_size"] for row in rows) / len(rows),
+            "coverage": float(columns["covered"].mean()),
+            "mean_set_size": float(columns["set_size"].mean()),
             "tau_star": finite_or_none(self.tau_star),
             "final_threshold": rows[-1]["threshold"],
-            "undercoverage_count": sum(
-                row["threshold"] is not None and row["threshold"] > self.tau_star for row in rows
-            ),
-            "regret": regret,
+            "undercoverage_count": int(np.count_nonzero(thresholds > self.tau_star)),
+            "regret": float(self.round_regret(thresholds).sum()),
         }
 
     def curves(self, rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
         """Per-round series for the plots: cumulative regret, running coverage and set size."""
-        optimum = conformal_round_regret(self.miscoverage(self.tau_star), self.target_miscoverage)
-        per_round = np.array(
-            [
-                conformal_round_regret(self.miscoverage(r["threshold"]), self.target_miscoverage)
-                - optimum
-                for r in rows
-            ]
-        )
+        columns = self.columns(rows)
         t = np.arange(1, len(rows) + 1)
         return {
-            "cumulative regret": np.cumsum(per_round),
-            "coverage (running)": np.cumsum([r["covered"] for r in rows]) / t,
-            "set size (running mean)": np.cumsum([r["set_size"] for r in rows]) / t,
+            "cumulative regret": np.cumsum(self.round_regret(columns["threshold"])),
+            "coverage (running)": np.cumsum(columns["covered"]) / t,
+            "set size (running mean)": np.cumsum(columns["set_size"]) / t,
         }
+
+    def set_sizes(self, thresholds: np.ndarray) -> np.ndarray:
+        """``|{y : score_t(y) >= threshold_t}|`` per round, the set every conformal learner
+        decides (:meth:`learners.conformal.base.ConformalLearner.decide`)."""
+        sizes = np.empty(len(self.records), dtype=np.int64)
+        widths = {len(r["scores"]) for r in self.records}
+        chunk = max(1, 2**22 // max(widths))  # rows per block: a few tens of MB at a time
+        for start in range(0, len(self.records), chunk):
+            block = self.records[start : start + chunk]
+            if len(widths) == 1:
+                scores = np.array([r["scores"] for r in block], dtype=float)
+            else:  # ragged candidate lists: pad with NaN, which is in no set
+                scores = np.full((len(block), max(widths)), np.nan)
+                for i, record in enumerate(block):
+                    scores[i, : len(record["scores"])] = record["scores"]
+            bound = thresholds[start : start + chunk, None]
+            sizes[start : start + chunk] = np.count_nonzero(scores >= bound, axis=1)
+        return sizes
+
+
+def replay_direct(
+    task: ConformalTask,
+    algorithm: str,
+    params: Mapping[str, Any],
+    *,
+    seed: int = 0,
+    delay: Delay | None = None,
+    feedback_timeout: float = 1000.0,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, Any], ConformalLearner]:
+    """:func:`streams.evaluation.engine.replay` without the processors, for speed: the same
+    rows and summary (tests/unit/test_conformal_direct.py checks every learner, delay and loss
+    against the processors), returned with the learner instead of the processor.
+
+    Every conformal learner decides ``{y : score(y) >= threshold}`` and learns by
+    ``observe(score)``, the true label's score when it was in the set and None for a miss or
+    a timeout (what ``learn`` and ``expire`` reduce to), so a round needs only the threshold
+    and the true label's score:
+    no JSON, no validation (``read_log`` checked the log), no pending store. The feedback
+    timing is the processors' replay's own :class:`FeedbackSchedule`; the timeout sweep and
+    the dead-letter reasons of late feedback follow the processor's rules: a decision expires
+    at the first sweep ``feedback_timeout`` rounds after it, and its record is purged at the
+    next sweep (``retention_s = 0``).
+    """
+    delay = delay or Delay()
+    try:
+        learner = learner_class("conformal", algorithm).from_params(params)
+    except LearnerError as exc:
+        raise ReplayError(f"learner config rejected (invalid_config): {exc}") from None
+    assert isinstance(learner, ConformalLearner)
+    schedule = FeedbackSchedule(delay, feedback_timeout, np.random.default_rng(seed))
+    truth = task.round_true_scores
+    rounds = len(truth)
+    thresholds = np.empty(rounds)
+    covered = np.zeros(rounds, dtype=bool)
+    observe = learner.observe  # what learn() (true label's score or None) and expire() do
+    open_decisions: OrderedDict[int, None] = OrderedDict()  # only while feedback can be lost
+    track = delay.loss > 0
+    expired_at: dict[int, float] = {}
+    last_sweep = -math.inf
+    rejected: dict[str, int] = {}
+
+    def arrive(decision: int, score: float | None) -> None:
+        if track:
+            if decision not in open_decisions:  # it timed out before this feedback came
+                purged = last_sweep > expired_at[decision]
+                reason = "feedback_without_decision" if purged else "decision_expired"
+                rejected[reason] = rejected.get(reason, 0) + 1
+                return
+            del open_decisions[decision]
+        observe(score)
+
+    def sweep(now: float) -> None:
+        nonlocal last_sweep
+        while open_decisions:
+            decision = next(iter(open_decisions))
+            if now < decision + feedback_timeout:
+                break
+            open_decisions.popitem(last=False)
+            expired_at[decision] = now
+            observe(None)
+        last_sweep = now
+
+    send, arrived = schedule.send, schedule.arrived
+    for t in range(rounds):
+        for decision, score in arrived(t):
+            arrive(decision, score)
+        if schedule.sweep(t):
+            sweep(float(t))
+        tau = learner.threshold
+        thresholds[t] = tau
+        score = truth[t]
+        if score >= tau:  # False for NaN: a true label that is not a candidate
+            covered[t] = True
+        else:
+            score = None
+        if track:
+            open_decisions[t] = None
+        send(t, (t, score))
+        if progress is not None:
+            progress(t + 1)
+    for _, (decision, score) in schedule.in_flight(rounds):
+        arrive(decision, score)
+    sweep(float(rounds) + feedback_timeout)
+    sizes = task.set_sizes(thresholds).tolist()
+    rows = [
+        {"t": t, "threshold": finite_or_none(tau), "covered": cover, "set_size": size}
+        for t, (tau, cover, size) in enumerate(
+            zip(thresholds.tolist(), covered.tolist(), sizes, strict=True)
+        )
+    ]
+    return rows, replay_summary(task.summary(rows), schedule, rejected), learner
 
 
 def add_options(group: argparse._ArgumentGroup) -> None:

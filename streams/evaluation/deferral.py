@@ -45,15 +45,11 @@ import numpy as np
 
 from learners.deferral.opt import best_reject_threshold, fractional_knapsack_opt
 from learners.deferral.scenarios import PAPER_BUDGET_RATE
-from streams.evaluation.engine import LoggedRound
+from streams.evaluation.engine import LogError, LoggedRound
 
 OUTCOMES = ("model_reward", "human_reward", "human_cost")
 MEANS = ("model_mean", "human_mean", "cost_mean")
 FEEDBACK_MODES = ("full", "bandit")
-
-
-class LogError(ValueError):
-    pass
 
 
 def _unit(path: Path, number: int, record: Mapping[str, Any], name: str) -> float:

@@ -100,8 +100,12 @@ class Delay:
         return int(rng.poisson(self.args[0]))
 
 
+class LogError(ValueError):
+    """A log (or scenario) file that cannot be replayed; the message says where and why."""
+
+
 class ReplayError(RuntimeError):
-    pass
+    """The processors rejected an event of the replay (a config or context of the log)."""
 
 
 def _raise_dead_letters(emitted: Emitted, what: str) -> None:
@@ -115,6 +119,55 @@ def _count(emitted: Emitted, rejected: dict[str, int]) -> None:
         rejected[dead.reason] = rejected.get(dead.reason, 0) + 1
 
 
+class FeedbackSchedule:
+    """When simulated feedback arrives, in rounds: the one timing model of every replay driver.
+
+    ``send(t, item)`` draws the item's delay with :meth:`Delay.draw` (in call order, so two
+    drivers sending the same parts draw the same delays) and returns False when it is lost.
+    ``arrived(t)`` pops the items due by round ``t``, in send order among equal rounds; a driver
+    applies them before round ``t``'s timeout sweep and decision. ``sweep(t)`` says whether the
+    timeout sweep runs at round ``t``: only once something was lost (nothing else can time
+    out before it arrives), then every tenth of the timeout. ``in_flight(end)`` drains what
+    is still on its way after the last round, each item with its arrival time.
+    """
+
+    def __init__(self, delay: Delay, feedback_timeout: float, rng: np.random.Generator) -> None:
+        self.delay = delay
+        self.feedback_timeout = feedback_timeout
+        self.rng = rng
+        self.lost = 0
+        self._due: list[tuple[int, int, Any]] = []  # heap of (round, send order, item)
+        self._sent = 0
+        self._next_sweep = feedback_timeout
+
+    def send(self, t: int, item: Any) -> bool:
+        wait = self.delay.draw(self.rng)
+        if wait is None:
+            self.lost += 1
+            return False
+        heapq.heappush(self._due, (t + 1 + wait, self._sent, item))
+        self._sent += 1
+        return True
+
+    def arrived(self, t: int) -> list[Any]:
+        due = self._due
+        items = []
+        while due and due[0][0] <= t:
+            items.append(heapq.heappop(due)[2])
+        return items
+
+    def sweep(self, t: int) -> bool:
+        if not self.lost or t < self._next_sweep:
+            return False
+        self._next_sweep = t + max(1.0, self.feedback_timeout / 10)
+        return True
+
+    def in_flight(self, end: int) -> Iterator[tuple[float, Any]]:
+        while self._due:
+            round_at, _, item = heapq.heappop(self._due)
+            yield float(max(round_at, end)), item
+
+
 def replay(
     task: Task,
     algorithm: str,
@@ -125,9 +178,14 @@ def replay(
     feedback_timeout: float = 1000.0,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any], Processor]:
-    """Run ``task`` through a fresh processor; returns trajectory rows, summary, processor."""
+    """Run ``task`` through a fresh processor; returns trajectory rows, summary, processor.
+
+    The summary adds to the task's: ``feedback_lost`` (parts never delivered) and
+    ``feedback_rejected`` (dead-lettered parts by reason, e.g. ``decision_expired`` for
+    feedback that arrived after its decision timed out, ``feedback_without_decision`` when
+    that decision's record was already purged).
+    """
     delay = delay or Delay()
-    rng = np.random.default_rng(seed)
     processor = Processor({}, {}, retention_s=0.0, persist_state=False)
     config = {
         "learner_id": LEARNER_ID,
@@ -141,48 +199,45 @@ def replay(
     _raise_dead_letters(
         processor.on_config(LEARNER_ID, json.dumps(config).encode(), CONFIGS, 0.0), "learner config"
     )
-    due: list[tuple[int, int, bytes]] = []  # (round, order, feedback bytes)
-    order = 0
+    rng = np.random.default_rng(seed)
+    schedule = FeedbackSchedule(delay, feedback_timeout, rng)
     rows: list[dict[str, Any]] = []
-    lost = 0
-    late: dict[str, int] = {}  # feedback dead-lettered, e.g. arriving after its timeout
-    next_tick = feedback_timeout
+    rejected: dict[str, int] = {}
     t = 0
     for t, round_ in enumerate(task.rounds()):
-        while due and due[0][0] <= t:
-            _, _, raw = heapq.heappop(due)
-            _count(processor.on_feedback(raw, FEEDBACK, float(t)), late)
-        if lost and t >= next_tick:
-            processor.on_tick(0, float(t))  # only lost feedback needs the timeout sweep
-            next_tick = t + max(1.0, feedback_timeout / 10)
+        for raw in schedule.arrived(t):
+            _count(processor.on_feedback(raw, FEEDBACK, float(t)), rejected)
+        if schedule.sweep(t):
+            _count(processor.on_tick(0, float(t)), rejected)
         body = {"learner_id": LEARNER_ID, "event_id": round_.event_id, **round_.context}
         emitted = processor.on_context(json.dumps(body).encode(), CONTEXTS, float(t))
         _raise_dead_letters(emitted, f"context of round {t} (event {round_.event_id!r})")
         output = emitted.decisions[0].output
         rows.append({"t": t, **task.row(t, round_, output)})
         for part in task.feedback(round_, output, rng):
-            wait = delay.draw(rng)
-            if wait is None:
-                lost += 1
-                continue
             body = {"learner_id": LEARNER_ID, "event_id": round_.event_id, **part}
-            heapq.heappush(due, (t + 1 + wait, order, json.dumps(body).encode()))
-            order += 1
+            schedule.send(t, json.dumps(body).encode())
         if progress is not None:
             progress(t + 1)
     end = t + 1
-    while due:  # feedback still in flight at the end of the log
-        round_at, _, raw = heapq.heappop(due)
-        _count(processor.on_feedback(raw, FEEDBACK, float(max(round_at, end))), late)
-    processor.on_tick(0, float(end) + feedback_timeout)
+    for now, raw in schedule.in_flight(end):
+        _count(processor.on_feedback(raw, FEEDBACK, now), rejected)
+    _count(processor.on_tick(0, float(end) + feedback_timeout), rejected)
     processor.flush_state()
-    summary = task.summary(rows)
-    summary.update(
-        feedback_lost=lost,
-        feedback_rejected=late,
-        delay=delay.__dict__ | {"args": list(delay.args)},
-    )
-    return rows, summary, processor
+    return rows, replay_summary(task.summary(rows), schedule, rejected), processor
+
+
+def replay_summary(
+    summary: dict[str, Any], schedule: FeedbackSchedule, rejected: Mapping[str, int]
+) -> dict[str, Any]:
+    """The task's summary with what happened to the feedback."""
+    delay = schedule.delay
+    return {
+        **summary,
+        "feedback_lost": schedule.lost,
+        "feedback_rejected": dict(rejected),
+        "delay": delay.__dict__ | {"args": list(delay.args)},
+    }
 
 
 class Progress:

@@ -40,11 +40,7 @@ import numpy as np
 
 from learners.base import LearnerError
 from learners.graph_cb.graphs import GRAPH_KINDS, as_graph, named_graph
-from streams.evaluation.engine import LoggedRound
-
-
-class LogError(ValueError):
-    pass
+from streams.evaluation.engine import LogError, LoggedRound
 
 
 def _check_graph(graph: Any, actions: int, where: str) -> np.ndarray:

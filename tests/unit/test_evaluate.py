@@ -111,7 +111,8 @@ def test_delayed_and_lost_feedback_keep_coverage(tmp_path: Path, delay: str) -> 
         feedback_timeout=200,
     )
     assert summary["feedback_lost"] > 100
-    assert set(summary["feedback_rejected"]) <= {"decision_expired"}  # later than the timeout
+    # Feedback later than the timeout is rejected, before or after its record was purged.
+    assert set(summary["feedback_rejected"]) <= {"decision_expired", "feedback_without_decision"}
     assert summary["undercoverage_count"] == 0
     assert summary["coverage"] >= 0.9
     assert rows[-1]["threshold"] is not None  # it still learns
