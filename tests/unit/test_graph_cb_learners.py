@@ -205,3 +205,47 @@ def test_squarecb_g_warm_start_is_checkpointed() -> None:
     assert ALGORITHMS["squarecb_g"].from_state(params, legacy).warm_start.p is None
     with pytest.raises(LearnerError, match="warm_start"):
         ALGORITHMS["squarecb_g"].from_params({**params, "warm_start": "yes"})
+
+
+@pytest.mark.parametrize("update", ["sgd", "rls"])
+def test_oracle_learns_on_its_clipped_prediction(update: str) -> None:
+    """Predictions stay within the losses seen, and an example already predicted beyond them
+    on its own side moves nothing, while a wrong one still does."""
+    from learners.graph_cb.oracles import LinearOracle
+
+    oracle = LinearOracle(actions=1, feature_dim=1, update=update, learning_rate=0.5, bias=False)
+    assert oracle.predict([1.0]).tolist() == [0.0]  # nothing seen yet: the [-1, 1] range
+    oracle.update([1.0], 0, 0.0)
+    oracle.update([1.0], 0, 1.0)
+    assert oracle.loss_range == (0.0, 1.0)
+    oracle.weights[0] = [-3.0]  # raw prediction -3 at x = 1
+    assert oracle.predict([1.0]).tolist() == [0.0]  # clipped to the range seen
+    before = oracle.to_state()
+    oracle.update([1.0], 0, 0.0)  # predicted 0 after clipping, loss 0: nothing to learn
+    assert oracle.weights[0].tolist() == [-3.0]
+    oracle.update([1.0], 0, 1.0)  # wrong by the whole range: the weight moves up
+    assert oracle.weights[0, 0] > -3.0
+    restored = LinearOracle(actions=1, feature_dim=1, update=update, learning_rate=0.5, bias=False)
+    restored.load_state(json.loads(json.dumps(before)))
+    assert restored.loss_range == (0.0, 1.0) and restored.to_state() == before
+
+
+def test_clipped_oracle_beats_least_squares_on_zero_one_losses() -> None:
+    """The reason for clipping: 0/1 losses of a separable-ish linear problem. Least squares
+    is pulled by confidently right examples; the clipped fit is not, and errs less."""
+    from learners.graph_cb.oracles import LinearOracle
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3000, 5)) * np.array([3.0, 1.0, 1.0, 1.0, 1.0])
+    label = (x @ np.array([1.0, 2.0, -1.0, 0.5, 0.0]) > 0).astype(float)
+    errors = {}
+    for clipped in (True, False):
+        oracle = LinearOracle(actions=1, feature_dim=5, update="sgd", learning_rate=0.01)
+        mistakes = 0
+        for features, y in zip(x, label, strict=True):
+            mistakes += int((oracle.predict(features)[0] > 0.5) != y)
+            if not clipped:
+                oracle.loss_range = (-np.inf, np.inf)  # a plain least-squares step
+            oracle.update(features, 0, float(y))
+        errors[clipped] = mistakes / len(x)
+    assert errors[True] < 0.8 * errors[False]
