@@ -12,6 +12,11 @@ tasting's); ``banditflow evaluate --family graph_cb`` reads them (without a line
   1,797 revisit images (progressive validation is then slightly optimistic).
 * ``graph_cb-digits-random``: the same with a random directed self-aware graph per round
   (diagonal 1, each off-diagonal entry 1 with probability 3/4), the paper's Section 5.2.
+* ``graph_cb-multilabel``: a K = 50 multi-label text-like problem standing in for the
+  paper's RCV1 (K = 50): scikit-learn's ``make_multilabel_classification`` (bag-of-words
+  counts over 100 "words", 50 topics, 3 topics per document on average, a fresh document
+  per round), features L2-normalised as tf vectors are; loss 0 if the chosen topic is one of
+  the document's, 1 otherwise (the paper's RCV1 loss).
 * ``graph_cb-spam``: an apple-tasting spam filter. scikit-learn's breast-cancer data (569
   cases, 30 standardised features) stands in for a spam corpus: malignant = "spam" (37 %),
   benign = "ham". Action 0 = *inspect* (quarantine the message for a human, who labels it:
@@ -40,6 +45,8 @@ INVENTORY_HOLDING = 0.25
 INVENTORY_BACKORDER = 1.0
 RANDOM_GRAPH_EDGE = 0.75
 APPLE_TASTING = [[1.0, 1.0], [0.0, 0.0]]
+MULTILABEL_WORDS = 100
+MULTILABEL_TOPICS = 50
 
 
 def _epochs(size: int, rounds: int, rng: np.random.Generator) -> Iterator[int]:
@@ -141,7 +148,30 @@ def inventory(out: Path, rounds: int, seed: int, levels: int = 101) -> str:
             f"h = {INVENTORY_HOLDING}, b = {INVENTORY_BACKORDER}; use --graph-kind inventory")
 
 
+def multilabel(out: Path, rounds: int, seed: int) -> str:
+    """A K = 50 multi-label problem (see the module docstring)."""
+    from sklearn.datasets import make_multilabel_classification
+
+    counts, topics = make_multilabel_classification(
+        n_samples=rounds, n_features=MULTILABEL_WORDS, n_classes=MULTILABEL_TOPICS, n_labels=3,
+        allow_unlabeled=False, random_state=seed,
+    )
+    features = counts / np.maximum(np.linalg.norm(counts, axis=1, keepdims=True), 1e-12)
+
+    def lines() -> Iterator[dict]:
+        for t in range(rounds):
+            yield {"event_id": f"m{t}", "features": features[t].round(4).tolist(),
+                   "losses": (1.0 - topics[t]).tolist()}
+
+    written = _write(out, lines())
+    return (f"{written} rounds of a synthetic multi-label problem ({MULTILABEL_WORDS} word "
+            f"counts, K = {MULTILABEL_TOPICS} topics, {topics.sum(axis=1).mean():.1f} per "
+            "document), loss 0 for any of the document's topics else 1; no graph "
+            "(pass --graph-kind)")
+
+
 LOGS: dict[str, Callable[[Path, int, int], str]] = {
+    "graph_cb-multilabel": multilabel,
     "graph_cb-digits": digits,
     "graph_cb-digits-random": partial(digits, random_graphs=True),
     "graph_cb-spam": spam,

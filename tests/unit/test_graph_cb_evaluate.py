@@ -156,7 +156,7 @@ def test_bad_lines_are_reported(tmp_path: Path, line: dict, message: str) -> Non
 def test_log_builders(tmp_path: Path) -> None:
     known = builders()
     assert {"graph_cb-digits", "graph_cb-digits-random", "graph_cb-spam", "graph_cb-inventory-101",
-            "graph_cb-inventory-301", "graph_cb-inventory-501"} <= set(known)
+            "graph_cb-inventory-301", "graph_cb-inventory-501", "graph_cb-multilabel"} <= set(known)
     known["graph_cb-inventory-101"](tmp_path / "inv.jsonl", 400, 1)
     inv = read_log(tmp_path / "inv.jsonl")
     assert len(inv) == 400 and inv[0]["losses"].size == 101 and len(inv[0]["features"]) == 100
@@ -178,6 +178,15 @@ def test_log_builders(tmp_path: Path) -> None:
     spam = read_log(tmp_path / "spam.jsonl")
     assert all(r["graph"].tolist() == [[1.0, 1.0], [0.0, 0.0]] for r in spam)
     assert all(sorted(r["losses"].tolist()) == [0.0, 1.0] for r in spam)
+
+    known["graph_cb-multilabel"](tmp_path / "ml.jsonl", 200, 0)
+    multilabel = read_log(tmp_path / "ml.jsonl")
+    losses = np.array([r["losses"] for r in multilabel])
+    features = np.array([r["features"] for r in multilabel])
+    assert losses.shape == (200, 50) and set(np.unique(losses)) == {0.0, 1.0}
+    assert np.all(losses.min(axis=1) == 0.0)  # every document has a topic
+    assert 2.0 < (1.0 - losses).sum(axis=1).mean() < 4.5  # about 3 topics per document
+    assert np.allclose(np.linalg.norm(features, axis=1), 1.0, atol=1e-3)
 
 
 def test_rows_record_the_played_loss() -> None:
