@@ -11,10 +11,11 @@ Updates are unweighted square-loss steps, either online gradient descent (``sgd`
 learning rate) or recursive least squares (``rls``, online ridge regression; keeps a D x D
 inverse Gram matrix per weight vector).
 
-Predictions are clipped to the range of the losses seen so far ([-1, 1] before the first),
-and every update is a step on the square loss **of the clipped prediction**: an example
-already predicted beyond the observed range on its own side (e.g. below 0 for a loss of 0)
-costs nothing and moves nothing. With 0/1 losses this keeps confidently right examples from
+Predictions are clipped to the range of the losses seen so far ([-1, 1] until two different
+losses have been seen), and every update is a step on the square loss **of the clipped
+prediction**: an example already predicted beyond the observed range on its own side (e.g.
+below 0 for a loss of 0) costs nothing and does not move the weights (``rls`` still counts
+it in its Gram matrix). With 0/1 losses this keeps confidently right examples from
 dragging the fit, as a plain least-squares fit does; on the apple-tasting stream under full
 information it cut the greedy error of ``rls`` from 0.042 to 0.037 and of ``sgd`` (learning
 rate 0.01) from 0.062 to 0.024 (docs/results/graph_cb.md).
@@ -111,7 +112,13 @@ class LinearOracle:
         """Predicted losses of the K actions, clipped to the range of the losses seen."""
         array = self.features(x)
         raw = self.weights @ array if self.layout == "shared" else array @ self.weights[0]
-        return np.clip(raw, *(self.loss_range or (-1.0, 1.0)))
+        return np.clip(raw, *self.clip_range())
+
+    def clip_range(self) -> tuple[float, float]:
+        """The losses seen, once they span an interval; the loss range [-1, 1] before."""
+        if self.loss_range is None or self.loss_range[0] == self.loss_range[1]:
+            return -1.0, 1.0
+        return self.loss_range
 
     def update(self, x: Sequence[Any] | np.ndarray, action: int, loss: float) -> None:
         """One unweighted square-loss example: action ``action`` had loss ``loss`` at ``x``
@@ -119,7 +126,8 @@ class LinearOracle:
         array = self.features(x)
         row, vector = (action, array) if self.layout == "shared" else (0, array[action])
         low, high = self.loss_range or (loss, loss)
-        self.loss_range = low, high = min(low, loss), max(high, loss)
+        self.loss_range = min(low, loss), max(high, loss)
+        low, high = self.clip_range()
         residual = min(max(float(self.weights[row] @ vector), low), high) - loss
         if self.inverse_gram is None:
             self.weights[row] -= self.learning_rate * residual * vector

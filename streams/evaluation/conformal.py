@@ -29,50 +29,75 @@ from learners.base import LearnerError
 from learners.conformal.base import ConformalLearner
 from learners.registry import learner_class
 from processors.stats import conformal_round_regret
+from schemas.events import Context, LearnerConfig
+from schemas.parsing import Limits, Rejected, parse_event
 from streams.evaluation.engine import (
     Delay,
     FeedbackSchedule,
     LogError,
     LoggedRound,
     ReplayError,
+    context_event,
+    final_sweep,
     finite_or_none,
+    replay_config,
     replay_summary,
 )
 
 
 def read_log(path: Path, horizon: int | None = None) -> list[dict[str, Any]]:
-    """The first ``horizon`` rounds of a conformal log, checked line by line."""
-    rounds = []
+    """The first ``horizon`` rounds of a conformal log, checked line by line.
+
+    Each round's context goes through the worker's own validation (the ``Context`` schema and
+    the default input limits), exactly as the processors would receive it, so a log that
+    reads here replays the same way with either engine. Event ids default to the line
+    number and must be unique (a repeated id would be a re-delivery to the processors); the
+    true label must be a string, an integer (the schema's label types) or null.
+    """
+    rounds: list[dict[str, Any]] = []
+    seen: dict[str, int] = {}
+    limits = Limits()
     with open(path) as lines:
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             if horizon is not None and len(rounds) >= horizon:
                 break
+            where = f"{path}:{number}"
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise LogError(f"{path}:{number}: not JSON: {exc}") from None
-            labels, scores = record.get("labels"), record.get("scores")
-            if not isinstance(labels, list) or not isinstance(scores, list) or not labels:
-                raise LogError(f"{path}:{number}: needs non-empty 'labels' and 'scores' lists")
-            if len(labels) != len(scores):
-                raise LogError(f"{path}:{number}: {len(labels)} labels but {len(scores)} scores")
-            if not all(isinstance(s, int | float) and math.isfinite(s) for s in scores):
-                raise LogError(f"{path}:{number}: scores must be finite numbers")
-            if not all(isinstance(label, str | int) and label is not True and label is not False
-                       for label in labels):
-                raise LogError(f"{path}:{number}: labels must be strings or integers")
-            if len(set(labels)) != len(labels):
-                raise LogError(f"{path}:{number}: duplicate labels (labels must be unique)")
+                raise LogError(f"{where}: not JSON: {exc}") from None
+            if not isinstance(record, dict):
+                raise LogError(f"{where}: expected a JSON object")
             if "true_label" not in record:
-                raise LogError(f"{path}:{number}: missing 'true_label'")
+                raise LogError(f"{where}: missing 'true_label'")
+            true_label = record["true_label"]
+            if true_label is not None and (
+                not isinstance(true_label, str | int) or isinstance(true_label, bool)
+            ):
+                raise LogError(f"{where}: 'true_label' must be a string, an integer or null")
+            event_id = str(record["event_id"] if record.get("event_id") is not None else number)
+            if event_id in seen:
+                raise LogError(f"{where}: event_id {event_id!r} repeats line {seen[event_id]}")
+            seen[event_id] = number
+            context = {"labels": record.get("labels"), "scores": record.get("scores")}
+            if context["labels"] is None or context["scores"] is None:
+                raise LogError(f"{where}: needs 'labels' and 'scores'")
+            try:
+                parsed = parse_event(
+                    context_event(LoggedRound(event_id, context, true_label)), Context, limits
+                )
+            except Rejected as exc:
+                raise LogError(f"{where}: {exc.reason}: {exc.detail}") from None
+            if not parsed.labels:
+                raise LogError(f"{where}: needs at least one label")
             rounds.append(
                 {
-                    "event_id": str(record.get("event_id", number)),
-                    "labels": labels,
-                    "scores": scores,
-                    "true_label": record["true_label"],
+                    "event_id": event_id,
+                    "labels": parsed.labels,
+                    "scores": parsed.scores,
+                    "true_label": true_label,
                 }
             )
     if not rounds:
@@ -224,8 +249,15 @@ def replay_direct(
     next sweep (``retention_s = 0``).
     """
     delay = delay or Delay()
-    try:
+    try:  # the processors' own checks of the config, then of the learner's parameters
+        parse_event(
+            replay_config("conformal", algorithm, params, seed, feedback_timeout),
+            LearnerConfig,
+            Limits(),
+        )
         learner = learner_class("conformal", algorithm).from_params(params)
+    except Rejected as exc:
+        raise ReplayError(f"learner config rejected ({exc.reason}): {exc.detail}") from None
     except LearnerError as exc:
         raise ReplayError(f"learner config rejected (invalid_config): {exc}") from None
     assert isinstance(learner, ConformalLearner)
@@ -280,9 +312,11 @@ def replay_direct(
         send(t, (t, score))
         if progress is not None:
             progress(t + 1)
-    for _, (decision, score) in schedule.in_flight(rounds):
+    last = float(rounds)
+    for now, (decision, score) in schedule.in_flight(rounds):
         arrive(decision, score)
-    sweep(float(rounds) + feedback_timeout)
+        last = now
+    sweep(final_sweep(rounds, last, feedback_timeout))
     sizes = task.set_sizes(thresholds).tolist()
     rows = [
         {"t": t, "threshold": finite_or_none(tau), "covered": cover, "set_size": size}

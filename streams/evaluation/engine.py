@@ -187,18 +187,8 @@ def replay(
     """
     delay = delay or Delay()
     processor = Processor({}, {}, retention_s=0.0, persist_state=False)
-    config = {
-        "learner_id": LEARNER_ID,
-        "family": task.family,
-        "algorithm": algorithm,
-        "params": dict(params),
-        "seed": seed,
-        "feedback_timeout_s": feedback_timeout,
-        "early_feedback_grace_s": 0.0,
-    }
-    _raise_dead_letters(
-        processor.on_config(LEARNER_ID, json.dumps(config).encode(), CONFIGS, 0.0), "learner config"
-    )
+    config = replay_config(task.family, algorithm, params, seed, feedback_timeout)
+    _raise_dead_letters(processor.on_config(LEARNER_ID, config, CONFIGS, 0.0), "learner config")
     rng = np.random.default_rng(seed)
     schedule = FeedbackSchedule(delay, feedback_timeout, rng)
     rows: list[dict[str, Any]] = []
@@ -209,8 +199,7 @@ def replay(
             _count(processor.on_feedback(raw, FEEDBACK, float(t)), rejected)
         if schedule.sweep(t):
             _count(processor.on_tick(0, float(t)), rejected)
-        body = {"learner_id": LEARNER_ID, "event_id": round_.event_id, **round_.context}
-        emitted = processor.on_context(json.dumps(body).encode(), CONTEXTS, float(t))
+        emitted = processor.on_context(context_event(round_), CONTEXTS, float(t))
         _raise_dead_letters(emitted, f"context of round {t} (event {round_.event_id!r})")
         output = emitted.decisions[0].output
         rows.append({"t": t, **task.row(t, round_, output)})
@@ -220,11 +209,40 @@ def replay(
         if progress is not None:
             progress(t + 1)
     end = t + 1
-    for now, raw in schedule.in_flight(end):
-        _count(processor.on_feedback(raw, FEEDBACK, now), rejected)
-    _count(processor.on_tick(0, float(end) + feedback_timeout), rejected)
+    last = float(end)
+    for last, raw in schedule.in_flight(end):
+        _count(processor.on_feedback(raw, FEEDBACK, last), rejected)
+    _count(processor.on_tick(0, final_sweep(end, last, feedback_timeout)), rejected)
     processor.flush_state()
     return rows, replay_summary(task.summary(rows), schedule, rejected), processor
+
+
+def replay_config(
+    family: str, algorithm: str, params: Mapping[str, Any], seed: int, feedback_timeout: float
+) -> bytes:
+    """The replayed learner's LearnerConfig event (no early-feedback grace: rounds are exact)."""
+    config = {
+        "learner_id": LEARNER_ID,
+        "family": family,
+        "algorithm": algorithm,
+        "params": dict(params),
+        "seed": seed,
+        "feedback_timeout_s": feedback_timeout,
+        "early_feedback_grace_s": 0.0,
+    }
+    return json.dumps(config).encode()
+
+
+def context_event(round_: LoggedRound) -> bytes:
+    """The context event of a logged round, as the application would produce it."""
+    body = {"learner_id": LEARNER_ID, "event_id": round_.event_id, **round_.context}
+    return json.dumps(body).encode()
+
+
+def final_sweep(end: int, last_arrival: float, feedback_timeout: float) -> float:
+    """When the closing timeout sweep runs: once every decision has timed out and every
+    feedback still in flight at the end of the log has arrived."""
+    return max(float(end) + feedback_timeout, last_arrival)
 
 
 def replay_summary(

@@ -249,3 +249,34 @@ def test_clipped_oracle_beats_least_squares_on_zero_one_losses() -> None:
             oracle.update(features, 0, float(y))
         errors[clipped] = mistakes / len(x)
     assert errors[True] < 0.8 * errors[False]
+
+
+def test_oracle_learns_normally_until_the_losses_span_an_interval() -> None:
+    """One repeated loss is no range to clip to: RLS fed 100 losses of 1 then a 0 must
+    predict like plain RLS (about 1), not collapse onto the single value seen."""
+    from learners.graph_cb.oracles import LinearOracle
+
+    oracle = LinearOracle(actions=1, feature_dim=2, update="rls")
+    for _ in range(100):
+        oracle.update([1.0, 0.5], 0, 1.0)
+    assert oracle.clip_range() == (-1.0, 1.0)
+    oracle.update([1.0, 0.5], 0, 0.0)
+    assert oracle.clip_range() == (0.0, 1.0)
+    assert oracle.predict([1.0, 0.5])[0] > 0.95
+
+
+def test_oracle_state_without_a_loss_range_still_learns() -> None:
+    """States written before the loss range existed restore with none and keep learning."""
+    from learners.graph_cb.oracles import LinearOracle
+
+    oracle = LinearOracle(actions=2, feature_dim=1, update="sgd", learning_rate=0.5)
+    for _ in range(200):
+        oracle.update([1.0], 0, 1.0)
+        oracle.update([1.0], 1, 0.0)
+    legacy = {key: value for key, value in oracle.to_state().items() if key != "loss_range"}
+    restored = LinearOracle(actions=2, feature_dim=1, update="sgd", learning_rate=0.5)
+    restored.load_state(legacy)
+    assert restored.loss_range is None
+    assert restored.predict([1.0]).round(2).tolist() == [1.0, 0.0]
+    restored.update([1.0], 1, 0.0)
+    assert restored.predict([1.0]).round(2).tolist() == [1.0, 0.0]
