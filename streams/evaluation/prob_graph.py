@@ -266,13 +266,13 @@ def read_curve(directory: Path, points: np.ndarray) -> np.ndarray:
     return series[np.minimum(points, len(series)) - 1]
 
 
-def aggregate(root: Path, points: int = 200, at: int | None = None) -> dict[str, Any]:
+def aggregate(root: Path, points: int = 200, at: Sequence[int] = ()) -> dict[str, Any]:
     """Summaries and regret curves of the runs under ``root/<scenario>/`` (any depth).
 
     Returns ``{scenario: {"c_star", "horizon", "t": [...], "learners": {learner: {"regret":
     [per seed], "curve_mean", "curve_low", "curve_high", ...}}}}`` with curves sampled at
-    ``points`` log-spaced rounds; with ``at``, ``"regret_at"`` holds each seed's regret after
-    round ``at`` (or after its last round if shorter).
+    ``points`` log-spaced rounds; ``"regret_at"`` maps each round of ``at`` (as a string) to
+    each seed's regret after it (or after its last round if shorter).
     """
     result: dict[str, Any] = {}
     for scenario_dir in sorted(p for p in root.iterdir() if p.is_dir()):
@@ -282,8 +282,7 @@ def aggregate(root: Path, points: int = 200, at: int | None = None) -> dict[str,
         first = json.loads((runs[0] / "summary.json").read_text())
         horizon = int(first["rounds"])
         t = np.unique(np.geomspace(1, horizon, points).round().astype(int))
-        if at is not None:
-            t = np.unique(np.append(t, min(at, horizon)))
+        t = np.unique(np.append(t, [min(a, horizon) for a in at])).astype(int)
         learners: dict[str, Any] = {}
         for run in runs:
             summary = json.loads((run / "summary.json").read_text())
@@ -299,9 +298,9 @@ def aggregate(root: Path, points: int = 200, at: int | None = None) -> dict[str,
             entry["curve_high"] = np.quantile(curves, 0.9, axis=0).tolist()
             regret = np.asarray(entry["regret"])
             entry["mean"] = float(regret.mean())
-            if at is not None:
-                index = int(np.searchsorted(t, min(at, horizon)))
-                entry["regret_at"] = curves[:, index].tolist()
+            entry["regret_at"] = {
+                str(a): curves[:, int(np.searchsorted(t, min(a, horizon)))].tolist() for a in at
+            }
             entry["std"] = float(regret.std(ddof=1)) if regret.size > 1 else 0.0
         result[scenario_dir.name] = {
             "c_star": first["c_star"],
@@ -353,10 +352,10 @@ def at_table(results: Mapping[str, Any], learners: Sequence[str], at: int) -> st
         cells = []
         for learner in learners:
             entry = result["learners"].get(learner)
-            if entry is None or "regret_at" not in entry:
+            if entry is None or str(at) not in entry.get("regret_at", {}):
                 cells.append("n/a")
                 continue
-            values = np.asarray(entry["regret_at"])
+            values = np.asarray(entry["regret_at"][str(at)])
             spread = values.std(ddof=1) if values.size > 1 else 0.0
             cells.append(f"{values.mean():.1f} ± {spread:.1f} ({values.size})")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -412,7 +411,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.add_argument("runs", type=Path)
     report.add_argument("out", type=Path)
     report.add_argument("--learners", default="lp_policy,ucb_n,thompson")
-    report.add_argument("--at", type=int, help="also tabulate the mean regret after round AT")
+    report.add_argument(
+        "--at", default="", help="also tabulate the mean regret after these rounds, e.g. 1000,10000"
+    )
     direct = sub.add_parser(
         "simulate", help="direct runs (learner only) into OUT/<learner>-seed<S>/ (see simulate_run)"
     )
@@ -445,14 +446,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"{args.out.name} {label} seed {seed}: regret {summary['regret']:.1f}",
                       file=sys.stderr, flush=True)
         return 0
-    results = aggregate(args.runs, at=args.at)
+    rounds = [int(a) for a in args.at.split(",") if a.strip()]
+    results = aggregate(args.runs, at=rounds)
     learners = [name for name in args.learners.split(",") if name]
     args.out.mkdir(parents=True, exist_ok=True)
     plot_report(results, args.out)
     table = regret_table(results, learners)
-    if args.at is not None:
-        table += f"\nMean regret after round {args.at} (all seeds):\n\n" + at_table(
-            results, learners, args.at
+    for at in rounds:
+        table += f"\nMean regret after round {at} (all seeds):\n\n" + at_table(
+            results, learners, at
         )
     compact = {
         name: {

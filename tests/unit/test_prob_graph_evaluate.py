@@ -181,16 +181,18 @@ def test_direct_runs_and_report(tmp_path: Path) -> None:
     summary = json.loads((runs / "ucb_n-seed1" / "summary.json").read_text())
     assert summary["rounds"] == 100 and summary["driver"].startswith("direct")
     report = tmp_path / "report"
-    assert evaluation.main(["report", str(tmp_path / "runs"), str(report), "--at", "50"]) == 0
+    assert evaluation.main(["report", str(tmp_path / "runs"), str(report), "--at", "50,80"]) == 0
     table = (report / "regret_table.md").read_text()
     assert "| three | 3 | one_step | 100 | 2 |" in table
-    assert "lp_policy R_50" in table
+    assert "lp_policy R_50" in table and "ucb_n R_80" in table
     results = json.loads((report / "results.json").read_text())
     lp = results["three"]["learners"]["lp_policy"]
-    assert len(lp["regret"]) == 2 and len(lp["regret_at"]) == 2
-    for seed, at_50 in zip(lp["seeds"], lp["regret_at"], strict=True):
+    assert len(lp["regret"]) == 2 and len(lp["regret_at"]["50"]) == 2
+    for seed, at_50, at_80 in zip(lp["seeds"], lp["regret_at"]["50"], lp["regret_at"]["80"],
+                                  strict=True):
         rows = (runs / f"lp_policy-seed{seed}" / "trajectory.jsonl").read_text().splitlines()
         assert at_50 == pytest.approx(json.loads(rows[49])["regret"])
+        assert at_80 == pytest.approx(json.loads(rows[79])["regret"])
     assert (report / "three.png").stat().st_size > 10_000
 
 
