@@ -54,7 +54,7 @@ for k in 101 301 501; do
 done
 # 5. Vowpal Wabbit head-to-head (same builders, same seeds).
 if [ ! -s "$WORK/vw.json" ] && $BIN/python -c "import vowpalwabbit" 2>/dev/null; then
-  nice -n 10 $BIN/python tests/benchmarks/bench_graph_cb_vw.py --seeds 0,1,2 \
+  nice -n 10 $BIN/python tests/benchmarks/bench_graph_cb_vw.py --seeds 0,1,2,3,4,5,6,7,8,9 \
     --logs "$WORK/logs/vw" --json "$WORK/vw.json" > "$WORK/vw.md"
 fi
 
@@ -154,7 +154,7 @@ plot_curves(plots / "spam.png",
             "apple tasting (spam)")
 
 if (work / "vw.md").exists():
-    out.append("\n## Vowpal Wabbit head-to-head (3 seeds)\n")
+    out.append("\n## Vowpal Wabbit head-to-head (10 seeds)\n")
     out.append((work / "vw.md").read_text())
 text = "\n".join(out) + "\n"
 (work / "tables.md").write_text(text)
