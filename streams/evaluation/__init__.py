@@ -83,7 +83,7 @@ def add_evaluate_options(parser: argparse.ArgumentParser) -> None:
         default="processors",
         help="processors (default): every event as JSON through the worker's processors; "
         "direct (conformal only): the learners driven straight from the log, same results "
-        "(tested against the processors), about 30x faster",
+        "(tested against the processors), about 25-30x faster",
     )
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
