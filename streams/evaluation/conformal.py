@@ -16,7 +16,6 @@ tau_t > tau*, and regret sum_t phi(tau*) - phi(tau_t) with the paper's phi
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
@@ -40,6 +39,7 @@ from streams.evaluation.engine import (
     context_event,
     final_sweep,
     finite_or_none,
+    log_records,
     replay_config,
     replay_summary,
 )
@@ -57,49 +57,38 @@ def read_log(path: Path, horizon: int | None = None) -> list[dict[str, Any]]:
     rounds: list[dict[str, Any]] = []
     seen: dict[str, int] = {}
     limits = Limits()
-    with open(path) as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            if horizon is not None and len(rounds) >= horizon:
-                break
-            where = f"{path}:{number}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise LogError(f"{where}: not JSON: {exc}") from None
-            if not isinstance(record, dict):
-                raise LogError(f"{where}: expected a JSON object")
-            if "true_label" not in record:
-                raise LogError(f"{where}: missing 'true_label'")
-            true_label = record["true_label"]
-            if true_label is not None and (
-                not isinstance(true_label, str | int) or isinstance(true_label, bool)
-            ):
-                raise LogError(f"{where}: 'true_label' must be a string, an integer or null")
-            event_id = str(record["event_id"] if record.get("event_id") is not None else number)
-            if event_id in seen:
-                raise LogError(f"{where}: event_id {event_id!r} repeats line {seen[event_id]}")
-            seen[event_id] = number
-            context = {"labels": record.get("labels"), "scores": record.get("scores")}
-            if context["labels"] is None or context["scores"] is None:
-                raise LogError(f"{where}: needs 'labels' and 'scores'")
-            try:
-                parsed = parse_event(
-                    context_event(LoggedRound(event_id, context, true_label)), Context, limits
-                )
-            except Rejected as exc:
-                raise LogError(f"{where}: {exc.reason}: {exc.detail}") from None
-            if not parsed.labels:
-                raise LogError(f"{where}: needs at least one label")
-            rounds.append(
-                {
-                    "event_id": event_id,
-                    "labels": parsed.labels,
-                    "scores": parsed.scores,
-                    "true_label": true_label,
-                }
+    for number, record in log_records(path, horizon):
+        where = f"{path}:{number}"
+        if "true_label" not in record:
+            raise LogError(f"{where}: missing 'true_label'")
+        true_label = record["true_label"]
+        if true_label is not None and (
+            not isinstance(true_label, str | int) or isinstance(true_label, bool)
+        ):
+            raise LogError(f"{where}: 'true_label' must be a string, an integer or null")
+        event_id = str(record["event_id"] if record.get("event_id") is not None else number)
+        if event_id in seen:
+            raise LogError(f"{where}: event_id {event_id!r} repeats line {seen[event_id]}")
+        seen[event_id] = number
+        context = {"labels": record.get("labels"), "scores": record.get("scores")}
+        if context["labels"] is None or context["scores"] is None:
+            raise LogError(f"{where}: needs 'labels' and 'scores'")
+        try:
+            parsed = parse_event(
+                context_event(LoggedRound(event_id, context, true_label)), Context, limits
             )
+        except Rejected as exc:
+            raise LogError(f"{where}: {exc.reason}: {exc.detail}") from None
+        if not parsed.labels:
+            raise LogError(f"{where}: needs at least one label")
+        rounds.append(
+            {
+                "event_id": event_id,
+                "labels": parsed.labels,
+                "scores": parsed.scores,
+                "true_label": true_label,
+            }
+        )
     if not rounds:
         raise LogError(f"{path}: no rounds")
     return rounds

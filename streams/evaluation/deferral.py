@@ -34,7 +34,6 @@ feasible online, as in the paper.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -45,7 +44,7 @@ import numpy as np
 
 from learners.deferral.opt import best_reject_threshold, fractional_knapsack_opt
 from learners.deferral.scenarios import PAPER_BUDGET_RATE
-from streams.evaluation.engine import LogError, LoggedRound
+from streams.evaluation.engine import LogError, LoggedRound, log_records
 
 OUTCOMES = ("model_reward", "human_reward", "human_cost")
 MEANS = ("model_mean", "human_mean", "cost_mean")
@@ -87,43 +86,32 @@ def read_log(path: Path, horizon: int | None = None) -> DeferralLog:
     features: list[list[float]] = []
     columns: dict[str, list[float]] = {name: [] for name in (*OUTCOMES, *MEANS)}
     with_means: bool | None = None
-    with open(path) as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            if horizon is not None and len(ids) >= horizon:
-                break
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise LogError(f"{path}:{number}: not JSON: {exc}") from None
-            if not isinstance(record, dict):
-                raise LogError(f"{path}:{number}: a round must be a JSON object")
-            x = record.get("features")
-            if (
-                not isinstance(x, list)
-                or not x
-                or not all(
-                    isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-                    for v in x
-                )
-            ):
-                raise LogError(f"{path}:{number}: 'features' must be a non-empty list of numbers")
-            if features and len(x) != len(features[0]):
-                raise LogError(
-                    f"{path}:{number}: {len(x)} features, the first round has {len(features[0])}"
-                )
-            has = [name in record for name in MEANS]
-            if any(has) and not all(has):
-                raise LogError(f"{path}:{number}: give all of {MEANS} or none")
-            if with_means is None:
-                with_means = all(has)
-            elif with_means != all(has):
-                raise LogError(f"{path}:{number}: expected values on some rounds only")
-            for name in (*OUTCOMES, *(MEANS if with_means else ())):
-                columns[name].append(_unit(path, number, record, name))
-            ids.append(str(record.get("event_id", number)))
-            features.append([float(v) for v in x])
+    for number, record in log_records(path, horizon):
+        x = record.get("features")
+        if (
+            not isinstance(x, list)
+            or not x
+            or not all(
+                isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+                for v in x
+            )
+        ):
+            raise LogError(f"{path}:{number}: 'features' must be a non-empty list of numbers")
+        if features and len(x) != len(features[0]):
+            raise LogError(
+                f"{path}:{number}: {len(x)} features, the first round has {len(features[0])}"
+            )
+        has = [name in record for name in MEANS]
+        if any(has) and not all(has):
+            raise LogError(f"{path}:{number}: give all of {MEANS} or none")
+        if with_means is None:
+            with_means = all(has)
+        elif with_means != all(has):
+            raise LogError(f"{path}:{number}: expected values on some rounds only")
+        for name in (*OUTCOMES, *(MEANS if with_means else ())):
+            columns[name].append(_unit(path, number, record, name))
+        ids.append(str(record.get("event_id", number)))
+        features.append([float(v) for v in x])
     if not ids:
         raise LogError(f"{path}: no rounds")
     if len(set(ids)) != len(ids):

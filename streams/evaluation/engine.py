@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -102,6 +103,27 @@ class Delay:
 
 class LogError(ValueError):
     """A log (or scenario) file that cannot be replayed; the message says where and why."""
+
+
+def log_records(path: Path, horizon: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, record)`` for the JSON object on each non-blank line of a JSONL log,
+    the first ``horizon`` only; a line that is not a JSON object is a :class:`LogError`
+    naming it."""
+    count = 0
+    with open(path) as lines:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            if horizon is not None and count >= horizon:
+                return
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise LogError(f"{path}:{number}: not JSON: {exc}") from None
+            if not isinstance(record, dict):
+                raise LogError(f"{path}:{number}: expected a JSON object")
+            count += 1
+            yield number, record
 
 
 class ReplayError(RuntimeError):

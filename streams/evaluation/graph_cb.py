@@ -40,7 +40,7 @@ import numpy as np
 
 from learners.base import LearnerError
 from learners.graph_cb.graphs import GRAPH_KINDS, as_graph, named_graph
-from streams.evaluation.engine import LogError, LoggedRound
+from streams.evaluation.engine import LogError, LoggedRound, log_records
 
 
 def _check_graph(graph: Any, actions: int, where: str) -> np.ndarray:
@@ -55,40 +55,31 @@ def read_log(path: Path, horizon: int | None = None) -> list[dict[str, Any]]:
     ``losses`` and (if the line has one) ``graph`` as float arrays."""
     rounds: list[dict[str, Any]] = []
     actions: int | None = None
-    with open(path) as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            if horizon is not None and len(rounds) >= horizon:
-                break
-            where = f"{path}:{number}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise LogError(f"{where}: not JSON: {exc}") from None
-            features, losses = record.get("features"), record.get("losses")
-            if not isinstance(features, list) or not features:
-                raise LogError(f"{where}: needs a non-empty 'features' list")
-            if not isinstance(losses, list) or not losses:
-                raise LogError(f"{where}: needs a non-empty 'losses' list (one per action)")
-            try:
-                loss_array = np.array(losses, dtype=float)
-            except (TypeError, ValueError):
-                raise LogError(f"{where}: 'losses' must be numbers") from None
-            if loss_array.ndim != 1 or not np.all(np.abs(loss_array) <= 1.0):
-                raise LogError(f"{where}: 'losses' must be K numbers in [-1, 1]")
-            if actions is None:
-                actions = loss_array.size
-            elif loss_array.size != actions:
-                raise LogError(f"{where}: {loss_array.size} losses, earlier lines had {actions}")
-            parsed: dict[str, Any] = {
-                "event_id": str(record.get("event_id", number)),
-                "features": features,
-                "losses": loss_array,
-            }
-            if record.get("graph") is not None:
-                parsed["graph"] = _check_graph(record["graph"], actions, where)
-            rounds.append(parsed)
+    for number, record in log_records(path, horizon):
+        where = f"{path}:{number}"
+        features, losses = record.get("features"), record.get("losses")
+        if not isinstance(features, list) or not features:
+            raise LogError(f"{where}: needs a non-empty 'features' list")
+        if not isinstance(losses, list) or not losses:
+            raise LogError(f"{where}: needs a non-empty 'losses' list (one per action)")
+        try:
+            loss_array = np.array(losses, dtype=float)
+        except (TypeError, ValueError):
+            raise LogError(f"{where}: 'losses' must be numbers") from None
+        if loss_array.ndim != 1 or not np.all(np.abs(loss_array) <= 1.0):
+            raise LogError(f"{where}: 'losses' must be K numbers in [-1, 1]")
+        if actions is None:
+            actions = loss_array.size
+        elif loss_array.size != actions:
+            raise LogError(f"{where}: {loss_array.size} losses, earlier lines had {actions}")
+        parsed: dict[str, Any] = {
+            "event_id": str(record.get("event_id", number)),
+            "features": features,
+            "losses": loss_array,
+        }
+        if record.get("graph") is not None:
+            parsed["graph"] = _check_graph(record["graph"], actions, where)
+        rounds.append(parsed)
     if not rounds:
         raise LogError(f"{path}: no rounds")
     return rounds
