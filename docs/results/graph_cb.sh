@@ -58,6 +58,12 @@ if [ ! -s "$WORK/vw.json" ] && $BIN/python -c "import vowpalwabbit" 2>/dev/null;
     --logs "$WORK/logs/vw" --json "$WORK/vw.json" > "$WORK/vw.md"
 fi
 
+# 6. The oracles alone: the spam stream under full information, clipped or not, against VW.
+if [ ! -s "$WORK/oracle.md" ] && $BIN/python -c "import vowpalwabbit" 2>/dev/null; then
+  nice -n 10 $BIN/python tests/benchmarks/bench_graph_cb_vw.py --oracle-ablation --seeds 0,1,2 \
+    --logs "$WORK/logs/vw" > "$WORK/oracle.md"
+fi
+
 # Tables and plots.
 nice -n 10 $BIN/python - "$WORK" "$PLOTS" <<'EOF'
 import json
@@ -156,6 +162,9 @@ plot_curves(plots / "spam.png",
 if (work / "vw.md").exists():
     out.append("\n## Vowpal Wabbit head-to-head (10 seeds)\n")
     out.append((work / "vw.md").read_text())
+if (work / "oracle.md").exists():
+    out.append("\n## Oracles under full information (spam, 3 seeds)\n")
+    out.append((work / "oracle.md").read_text())
 text = "\n".join(out) + "\n"
 (work / "tables.md").write_text(text)
 print(text)

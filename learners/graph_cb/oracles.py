@@ -15,10 +15,9 @@ Predictions are clipped to the range of the losses seen so far ([-1, 1] until tw
 losses have been seen), and every update is a step on the square loss **of the clipped
 prediction**: an example already predicted beyond the observed range on its own side (e.g.
 below 0 for a loss of 0) costs nothing and does not move the weights (``rls`` still counts
-it in its Gram matrix). With 0/1 losses this keeps confidently right examples from
-dragging the fit, as a plain least-squares fit does; on the apple-tasting stream under full
-information it cut the greedy error of ``rls`` from 0.042 to 0.037 and of ``sgd`` (learning
-rate 0.01) from 0.062 to 0.024 (docs/results/graph_cb.md).
+it in its Gram matrix). With 0/1 losses this keeps confidently right examples from dragging
+the fit, as a plain least-squares fit does (measured on the apple-tasting stream under full
+information: docs/results/graph_cb.md, "How it is measured").
 
 :class:`NeuralOracle` (parameter ``oracle: "neural"``, needs torch from the ``neural`` extra,
 imported only when it is built) is the paper's ``sigmoid((M x)_a)`` or a one-hidden-layer

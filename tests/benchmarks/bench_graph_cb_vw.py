@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -229,6 +229,44 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def oracle_ablation(seeds: list[int], directory: Path) -> str:
+    """The spam stream under full information (every loss revealed, so only the oracles
+    differ): PV loss of SquareCB.G over banditflow's linear oracle with and without clipping
+    (``rls``; ``sgd`` at learning rate 0.01), and of VW. Markdown table, mean ± std over seeds."""
+    from learners.graph_cb.oracles import LinearOracle
+
+    spam = next(s for s in SCENARIOS if s.log == "graph_cb-spam")
+    log = directory / f"{spam.log}.jsonl"
+    if not log.exists():
+        LOGS[spam.log](log, spam.rounds, 0)
+    records = [{**r, "graph": np.ones((2, 2))} for r in read_log(log, spam.rounds)]
+    task = GraphCBTask(records, None)
+    unclipped = staticmethod(lambda: (-np.inf, np.inf))
+    rows = []
+    for update, extra in (("rls", {}), ("sgd", {"learning_rate": 0.01})):
+        scenario = replace(spam, params={"update": update, **extra})
+        for clipped in (True, False):
+            original = LinearOracle.clip_range
+            if not clipped:  # the plain square-loss fit, for comparison only
+                LinearOracle.clip_range = unclipped  # type: ignore[method-assign,assignment]
+            try:
+                losses = [run_learner(scenario, task, seed)["pv_loss"] for seed in seeds]
+            finally:
+                LinearOracle.clip_range = original  # type: ignore[method-assign]
+            label = f"banditflow, {update}{' lr 0.01' if extra else ''}, " + (
+                "clipped" if clipped else "unclipped")
+            rows.append((label, losses))
+    try:
+        import vowpalwabbit  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        rows.append(("vw", [run_vw(spam, task, seed)["pv_loss"] for seed in seeds]))
+    lines = ["| oracle (spam, full information, SquareCB.G) | PV loss |", "|---|---|"]
+    lines += [f"| {label} | {np.mean(v):.4f} ± {np.std(v):.4f} |" for label, v in rows]
+    return "\n".join(lines) + "\n"
+
+
 def test_banditflow_against_vowpal_wabbit(tmp_path: Path) -> None:
     pytest.importorskip("vowpalwabbit")
     results = compare([0], tmp_path)
@@ -242,11 +280,16 @@ def main() -> int:
     parser.add_argument("--seeds", default="0", help="comma-separated seeds")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--logs", type=Path, help="directory for the logs (default: temporary)")
+    parser.add_argument("--oracle-ablation", action="store_true",
+                        help="only the full-information oracle comparison on the spam stream")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         directory = args.logs or Path(tmp)
         directory.mkdir(parents=True, exist_ok=True)
+        if args.oracle_ablation:
+            print(oracle_ablation(seeds, directory))
+            return 0
         results = compare(seeds, directory)
     print(table(results))
     if args.json:
