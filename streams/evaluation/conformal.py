@@ -230,8 +230,8 @@ def replay_direct(
     Every conformal learner decides ``{y : score(y) >= threshold}`` and learns by
     ``observe(score)``, the true label's score when it was in the set and None for a miss or
     a timeout (what ``learn`` and ``expire`` reduce to), so a round needs only the threshold
-    and the true label's score:
-    no JSON, no validation (``read_log`` checked the log), no pending store. The feedback
+    and the true label's score: no JSON, no validation (``read_log`` checked the log), no
+    pending store. The feedback
     timing is the processors' replay's own :class:`FeedbackSchedule`; the timeout sweep and
     the dead-letter reasons of late feedback follow the processor's rules: a decision expires
     at the first sweep ``feedback_timeout`` rounds after it, and its record is purged at the
