@@ -1,11 +1,14 @@
-"""Per-event logic binding learners to events, shared by the Faust worker and offline replay.
+"""Per-event logic binding learners to events, shared by the worker and offline replay.
 
-Nothing here imports Kafka or Faust: state lives in two ``MutableMapping`` stores (Faust
-tables in the worker, dicts offline) and every effect comes back as return values or calls
-on a :class:`processors.sink.Sink`.
+Nothing here imports Kafka: a partition's state lives in a
+:class:`processors.store.PartitionStore` in memory, every effect comes back as return
+values or calls on a :class:`processors.sink.Sink`, and the caller makes the store's
+changes durable (the worker's state log, streams/statelog.py).
 """
 
-from processors.engine import Processor, Source
+from processors.engine import Emitted, Processor, StreamTimes
+from processors.records import Source
 from processors.sink import Sink
+from processors.store import PartitionStore
 
-__all__ = ["Processor", "Sink", "Source"]
+__all__ = ["Emitted", "PartitionStore", "Processor", "Sink", "Source", "StreamTimes"]

@@ -1,48 +1,51 @@
 """The event logic of banditflow: decide, pending store, feedback join, timeouts, dedupe.
 
-One :class:`Processor` serves one set of partitions. It keeps two stores:
+One :class:`Processor` serves one partition. Its :class:`processors.store.PartitionStore`
+holds the learner entries, the decision records (open until their feedback is complete,
+then settled and kept ``retention_s`` to re-emit the decision of a re-delivered context and
+to recognise duplicate feedback) and the holds (feedback that arrived before its decision,
+held ``early_feedback_grace_s``; a context whose learner config has not been processed yet,
+held ``unknown_learner_grace_s``: a config and the first contexts produced right after it may
+be consumed in either order).
 
-- ``learners[learner_id]`` - the learner entry: config, learner state, statistics, the next
-  decision sequence number and the record of settled decisions (dedupe state);
-- ``pending["learner_id/event_id"]`` - one record per decision: ``open`` until its feedback
-  is complete, then ``settled`` (kept ``retention_s`` to re-emit the decision of a re-delivered
-  context and to recognise duplicate feedback), or ``early`` for feedback that arrived before
-  its decision (held ``early_feedback_grace_s``), or ``awaiting_learner`` for a context whose
-  learner config has not been processed yet (held ``unknown_learner_grace_s``: a config and
-  the first contexts produced right after it may be consumed in either order).
+**Time is stream time.** Every handler gets ``now``, how far the partition's input has
+advanced in event time, and the timers judge each deadline against the stream it waits on
+(:class:`StreamTimes`): a decision expires when the *feedback* stream has moved past its
+deadline, early feedback when the *contexts* stream has, a held context when the *learners*
+stream has. A worker still reading its backlog therefore never expires a decision whose
+feedback is in that backlog. ``decided_at`` on a published decision is the worker's wall
+clock (``wall_clock``), an observation that changes nothing.
 
-Writes are ordered so that a crash between any two of them is repaired by Kafka's
-re-delivery, without Kafka transactions. The worker keeps both stores in one table, so one
-changelog partition orders all the writes of a partition and a crash loses a suffix of
-them, never one in the middle. Every event writes the learner entry first:
-
-- context: the learner entry (state, sequence number, and a copy of the new pending record
-  as ``last_decided``), then the pending record. If a crash loses the pending write, the
-  re-delivered context finds its record in ``last_decided`` and re-emits that decision; a
-  context is never decided twice, since re-delivery may interleave topics differently and
-  the learner may have changed in between.
-- feedback and timeouts: the learner entry (state, statistics, settled record), then the
-  pending record. A re-delivered feedback that the learner entry already shows as applied
-  only repairs the pending record.
-
-Everything is deterministic given the stores, the event and ``now``.
+**Durability is the caller's.** The processor changes the store in memory; the worker writes
+the store's changes once per commit, atomically with the input offsets they cover (see
+streams/statelog.py), so a crash loses the whole uncommitted batch or nothing, and the
+redone batch gives the same decisions: everything here is deterministic given the store,
+the events and ``now``.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from learners.base import Learner, LearnerError
+from learners.base import Learned, Learner, LearnerError
 from learners.registry import learner_class, make_learner
-from processors import settled as settled_record
 from processors import stats
+from processors.records import (
+    DecisionRecord,
+    Held,
+    Hold,
+    HoldKind,
+    LearnerEntry,
+    Settled,
+    Source,
+)
 from processors.sink import Sink
+from processors.store import PartitionStore, decision_key
 from schemas import (
     Context,
     DeadLetter,
@@ -55,19 +58,27 @@ from schemas import (
     parse_event,
 )
 
-Entry = dict[str, Any]
 # Fields every event carries that learners do not see (a feedback's ``part`` they do see).
 ENVELOPE = {"schema_version", "learner_id", "event_id", "ts"}
+# Learner calls between two checkpoints of a learner's state (bounds the redo log offline,
+# where no commit checkpoints it).
+REDO_LIMIT = 256
+# Exceptions from a learner that mean "this event is unusable", not "the worker is broken".
+LEARNER_FAILURES = (LearnerError, ValueError, TypeError, IndexError, KeyError)
 
 
 @dataclass(frozen=True)
-class Source:
-    """Where a record came from (for dead letters, routing checks and latency)."""
+class StreamTimes:
+    """How far a partition's input streams have advanced, in event time (seconds)."""
 
-    topic: str
-    partition: int = 0
-    offset: int | None = None
-    timestamp: float | None = None
+    learners: float
+    contexts: float
+    feedback: float
+
+    @classmethod
+    def at(cls, time: float) -> StreamTimes:
+        """Every stream at ``time`` (offline replay, where rounds are the only clock)."""
+        return cls(time, time, time)
 
 
 @dataclass
@@ -76,6 +87,10 @@ class Emitted:
 
     decisions: list[Decision] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
+
+    def extend(self, other: Emitted) -> None:
+        self.decisions.extend(other.decisions)
+        self.dead_letters.extend(other.dead_letters)
 
 
 def event_seed(seed: int, event_id: str) -> np.random.Generator:
@@ -101,10 +116,6 @@ class LazyGenerator:
         return getattr(self._generator, name)
 
 
-def pending_key(learner_id: str, event_id: str) -> str:
-    return f"{learner_id}/{event_id}"
-
-
 def _text(raw: bytes | None) -> str:
     return "" if raw is None else raw.decode("utf-8", errors="replace")
 
@@ -114,42 +125,31 @@ class Processor:
 
     def __init__(
         self,
-        learners: MutableMapping[str, Entry],
-        pending: MutableMapping[str, dict[str, Any]],
+        store: PartitionStore | None = None,
         *,
+        partition: int = 0,
         limits: Limits | None = None,
         sink: Sink | None = None,
         retention_s: float = 600.0,
         unknown_learner_grace_s: float = 10.0,
         expected_partition: Callable[[str], int] | None = None,
-        persist_state: bool = True,
+        wall_clock: Callable[[], float] | None = None,
     ) -> None:
-        """``persist_state=False`` writes learner state only on :meth:`flush_state`: for
-        single-process replay, where this processor's cached learners are authoritative and
-        serialising the state on every event would dominate the cost."""
-        self.learners = learners
-        self.pending = pending
+        """``wall_clock`` stamps ``decided_at`` and dead letters; without it they carry the
+        stream time (offline replay, where rounds are the only clock)."""
+        self.store = store if store is not None else PartitionStore()
+        self.partition = partition
         self.limits = limits or Limits()
         self.sink: Sink = sink or Sink()
         self.retention_s = retention_s
         self.unknown_learner_grace_s = unknown_learner_grace_s
         self.expected_partition = expected_partition
-        self.persist_state = persist_state
-        self._report_gauges = self.sink.wants_gauges
-        self._cache: dict[str, tuple[int, Learner]] = {}
+        self.wall_clock = wall_clock
+
+    def _wall(self, now: float) -> float:
+        return now if self.wall_clock is None else self.wall_clock()
 
     # ------------------------------------------------------------------ helpers
-    def forget_cache(self) -> None:
-        """Drop deserialised learners (call when partitions are revoked or reassigned)."""
-        self._cache.clear()
-
-    def flush_state(self) -> None:
-        """Write every cached learner's state into its entry (see ``persist_state``)."""
-        for learner_id, (revision, learner) in self._cache.items():
-            entry = self.learners.get(learner_id)
-            if entry is not None and entry["revision"] == revision:
-                self.learners[learner_id] = {**entry, "state": learner.to_state()}
-
     def _dead(
         self,
         out: Emitted,
@@ -171,13 +171,18 @@ class Processor:
                 learner_id=learner_id,
                 event_id=event_id,
                 raw=_text(raw),
-                ts=now,
+                ts=self._wall(now),
             )
         )
         self.sink.dead_lettered(reason)
         self.sink.processed(source.topic, "dead_lettered")
 
-    def _parse(self, raw: bytes, model: type, source: Source, now: float, out: Emitted) -> Any:
+    def _parse(
+        self, raw: bytes | None, model: type, source: Source, now: float, out: Emitted
+    ) -> Any:
+        if raw is None:
+            self._dead(out, "malformed_json", "the record has no value (null)", raw, source, now)
+            return None
         try:
             record = parse_event(raw, model, self.limits)
         except Rejected as rejected:
@@ -201,157 +206,112 @@ class Processor:
                 return None
         return record
 
-    def _entry(
-        self,
-        learner_id: str,
-        raw: bytes,
-        source: Source,
-        now: float,
-        out: Emitted,
-        event_id: str | None,
-    ) -> Entry | None:
-        """The learner's entry, or None after dead-lettering the record as unknown_learner."""
-        entry = self.learners.get(learner_id)
-        if entry is None:
-            self._dead(
-                out,
-                "unknown_learner",
-                f"no learner {learner_id!r}: produce a LearnerConfig with this learner_id to the "
-                "learners topic first",
-                raw,
-                source,
-                now,
-                learner_id,
-                event_id,
-            )
-        return entry
-
-    def _hold(self, key: str, raw: bytes, source: Source, now: float) -> None:
-        """Keep a context of a not-yet-known learner until its config arrives (or the grace
-        ends), together with any feedback already held for the same event."""
-        record = self.pending.get(key)
-        if record is None or record["status"] == "early":
-            self.pending[key] = {
-                "status": "awaiting_learner",
-                "raw": _text(raw),
-                "source": source.__dict__,
-                "held": record["held"] if record else [],
-                "partition": source.partition,
-                "deadline": now + self.unknown_learner_grace_s,
-            }
-        self.sink.processed(source.topic, "held")
-
-    def _release(self, learner_id: str, now: float, out: Emitted) -> None:
-        """Decide the held contexts of ``learner_id`` (its config has just arrived)."""
-        prefix = f"{learner_id}/"
-        for key, record in list(self.pending.items()):
-            if key.startswith(prefix) and record["status"] == "awaiting_learner":
-                del self.pending[key]
-                if record["held"]:
-                    self.pending[key] = {
-                        "status": "early",
-                        "held": record["held"],
-                        "partition": record["partition"],
-                        "deadline": record["deadline"],
-                    }
-                released = self.on_context(record["raw"].encode(), Source(**record["source"]), now)
-                out.decisions.extend(released.decisions)
-                out.dead_letters.extend(released.dead_letters)
-
-    def _learner(self, learner_id: str, entry: Entry) -> Learner:
-        cached = self._cache.get(learner_id)
-        if cached is not None and cached[0] == entry["revision"]:
-            return cached[1]
-        config = entry["config"]
-        cls = learner_class(config["family"], config["algorithm"])
-        learner = cls.from_state(config["params"], entry["state"])
-        self._cache[learner_id] = (entry["revision"], learner)
-        return learner
-
-    def _write(self, learner_id: str, entry: Entry, learner: Learner) -> None:
-        """Persist the entry (a fresh object: tables must see every change as a set)."""
-        if self.persist_state:
-            entry["state"] = learner.to_state()
-        entry["revision"] += 1
-        self.learners[learner_id] = entry
-        self._cache[learner_id] = (entry["revision"], learner)
-        if not self._report_gauges:
-            return
-        config = entry["config"]
-        self.sink.learner_state(
-            learner_id,
-            config["family"],
-            config["algorithm"],
-            stats.gauges(config["family"], entry["stats"], learner.summary()),
+    def _unknown_learner(
+        self, out: Emitted, raw: bytes, source: Source, now: float, lid: str, eid: str | None
+    ) -> None:
+        self._dead(
+            out,
+            "unknown_learner",
+            f"no learner {lid!r}: produce a LearnerConfig with this learner_id to the learners "
+            "topic first",
+            raw,
+            source,
+            now,
+            lid,
+            eid,
         )
 
+    def _call(self, entry: LearnerEntry, method: str, *args: Any) -> Any:
+        """``entry.learner.<method>(*args)``; if it raises, the learner is restored to its
+        state before the call (rebuilt from its checkpoint and redo log)."""
+        learner = entry.learner
+        try:
+            result = getattr(learner, method)(*args)
+        except LEARNER_FAILURES:
+            self._rollback(entry)
+            raise
+        entry.redo.append((method, *args))
+        if len(entry.redo) >= REDO_LIMIT:
+            entry.mark_checkpoint(learner.to_state())
+        return result
+
     @staticmethod
-    def _editable(entry: Entry) -> Entry:
-        """A copy of ``entry`` whose mutable parts can change without touching the store."""
-        fresh = dict(entry)
-        fresh["stats"] = dict(entry["stats"])
-        fresh["settled"] = {**entry["settled"], "above": list(entry["settled"]["above"])}
-        fresh["parts"] = {seq: list(parts) for seq, parts in entry["parts"].items()}
-        return fresh
+    def _rollback(entry: LearnerEntry) -> None:
+        config = entry.config
+        learner: Learner = learner_class(config["family"], config["algorithm"]).from_state(
+            config["params"], entry.checkpoint
+        )
+        for method, *args in entry.redo:
+            if method == "decide":  # a fresh generator: it may have been drawn from
+                fields, rng = args
+                args = [fields, LazyGenerator(rng._seed, rng._event_id)]
+            getattr(learner, method)(*args)
+        entry.learner = learner
 
     # ------------------------------------------------------------------ config
     def on_config(self, key: str | None, raw: bytes | None, source: Source, now: float) -> Emitted:
         """A LearnerConfig (create or reconfigure) or a tombstone (delete the learner)."""
         out = Emitted()
+        store = self.store
         if raw is None:
-            if key and self.learners.pop(key, None) is not None:
-                self._cache.pop(key, None)
+            if key and key in store.learners:
                 # A re-created learner restarts at version 1: its predecessor's decisions
-                # must not match its feedback.
-                prefix = f"{key}/"
-                for pending in [k for k, _ in self.pending.items() if k.startswith(prefix)]:
-                    del self.pending[pending]
+                # must not match its feedback, so they go with it.
+                store.drop_learner(key)
                 self.sink.forget(key)
                 self.sink.processed(source.topic, "deleted")
             return out
         config = self._parse(raw, LearnerConfig, source, now, out)
         if config is None:
             return out
-        if key is not None and key != config.learner_id:
+        lid = config.learner_id
+        if key is not None and key != lid:
             self._dead(
                 out,
                 "key_mismatch",
-                f"record key {key!r} differs from learner_id {config.learner_id!r}",
+                f"record key {key!r} differs from learner_id {lid!r}",
                 raw,
                 source,
                 now,
-                config.learner_id,
+                lid,
             )
             return out
         try:
             learner = make_learner(config.family, config.algorithm, config.params)
         except LearnerError as exc:
-            self._dead(out, "invalid_config", str(exc), raw, source, now, config.learner_id)
+            self._dead(out, "invalid_config", str(exc), raw, source, now, lid)
             return out
-        lid = config.learner_id
         new_config = config.model_dump(mode="json")
-        old = self.learners.get(lid)
+        old = store.learners.get(lid)
         identity = ("family", "algorithm", "params", "seed")
-        if old is not None and all(old["config"][k] == new_config[k] for k in identity):
-            entry = self._editable(old)
-            entry["config"] = new_config  # only timeouts changed: keep learning
-            self._write(lid, entry, self._learner(lid, old))
+        if old is not None and all(old.config[k] == new_config[k] for k in identity):
+            old.config = new_config  # only timeouts changed: keep learning
+            store.touch_learner(lid)
             self.sink.processed(source.topic, "updated")
             return out
-        entry = {
-            "config": new_config,
-            "version": (old["version"] + 1) if old else 1,
-            "revision": old["revision"] if old else 0,
-            "seq": old["seq"] if old else 0,
-            "settled": copy.deepcopy(old["settled"]) if old else settled_record.new(),
-            "parts": copy.deepcopy(old["parts"]) if old else {},
-            "stats": {},
-        }
-        self._write(lid, entry, learner)
+        version = old.version + 1 if old is not None else 1
+        store.put_learner(lid, LearnerEntry(new_config, version, {}, learner))
         self.sink.processed(source.topic, "created" if old is None else "reconfigured")
         if old is None:
             self._release(lid, now, out)
         return out
+
+    def _release(self, learner_id: str, now: float, out: Emitted) -> None:
+        """Decide the held contexts of ``learner_id`` (its config has just arrived)."""
+        prefix = f"{learner_id}/"
+        store = self.store
+        waiting = [
+            key
+            for key, hold in store.holds.items()
+            if key.startswith(prefix) and hold.kind is HoldKind.AWAITING_LEARNER
+        ]
+        for key in waiting:
+            hold = store.drop_hold(key)
+            assert hold is not None and hold.context is not None
+            if hold.feedback:
+                store.put_hold(key, Hold(HoldKind.EARLY, hold.deadline, hold.feedback))
+            context = hold.context
+            out.extend(self.on_context(context.raw.encode(), context.source, now))
 
     # ------------------------------------------------------------------ context
     def on_context(self, raw: bytes, source: Source, now: float) -> Emitted:
@@ -360,89 +320,87 @@ class Processor:
         if context is None:
             return out
         lid, eid = context.learner_id, context.event_id
-        key = pending_key(lid, eid)
-        entry = self.learners.get(lid)
+        key = decision_key(lid, eid)
+        store = self.store
+        entry = store.learners.get(lid)
         if entry is None:
-            self._hold(key, raw, source, now)
+            self._hold_context(key, raw, source, now)
             return out
-        record = self.pending.get(key)
-        if record is not None and record["status"] in ("open", "settled"):
+        record = store.decisions.get(key)
+        if record is not None:
             out.decisions.append(self._decision(lid, eid, entry, record, redelivered=True))
             self.sink.processed(source.topic, "deduplicated")
             return out
-        held: list[dict[str, Any]] = record["held"] if record is not None else []
-        last = entry.get("last_decided")
-        if last is not None and last["event_id"] == eid:
-            # Decided right before a crash that lost the pending write: restore the record
-            # (never decide again: re-delivery may have changed the learner since).
-            record = last["record"]
-            self.pending[key] = record
-            out.decisions.append(self._decision(lid, eid, entry, record, redelivered=True))
-            self.sink.processed(source.topic, "restored")
-            self._release_held(held, now, out)
-            return out
-        config = entry["config"]
-        learner = self._learner(lid, entry)
+        config = entry.config
         fields = context.model_dump(exclude=ENVELOPE, exclude_none=True)
         try:
-            rng = LazyGenerator(config["seed"], eid)
-            decided = learner.decide(fields, rng)  # type: ignore[arg-type]
-        except (LearnerError, ValueError, TypeError, IndexError, KeyError) as exc:
-            self._cache.pop(lid, None)
+            decided = self._call(entry, "decide", fields, LazyGenerator(config["seed"], eid))
+        except LEARNER_FAILURES as exc:
             reason = "learner_rejected" if isinstance(exc, LearnerError) else "learner_error"
             self._dead(out, reason, str(exc), raw, source, now, lid, eid)
             return out
         context_ts = context.ts if context.ts is not None else source.timestamp
-        record = {
-            "status": "open",
-            "seq": entry["seq"],
-            "version": entry["version"],
-            "partition": source.partition,
-            "decided_at": now,
-            "context_ts": context_ts,
-            "deadline": now + config["feedback_timeout_s"],
-            "output": decided.output,
-            "pending": decided.pending,
-            "parts": [],
-        }
-        entry = self._editable(entry)
-        entry["seq"] += 1
-        entry["last_decided"] = {"event_id": eid, "record": record}
-        stats.on_decided(
-            entry["stats"], config["family"], decided.output, config["params"], learner.summary()
+        decided_at = self._wall(now)
+        record = DecisionRecord(
+            version=entry.version,
+            decided_at=decided_at,
+            context_ts=context_ts,
+            deadline=now + config["feedback_timeout_s"],
+            output=decided.output,
+            pending=decided.pending,
         )
-        self._write(lid, entry, learner)  # the learner entry first, then the pending record
-        self.pending[key] = record
+        stats.on_decided(
+            entry.stats, config["family"], decided.output, config["params"],
+            entry.learner.summary(),
+        )
+        store.touch_learner(lid)
+        store.put_decision(key, record)
         out.decisions.append(self._decision(lid, eid, entry, record, redelivered=False))
         self.sink.processed(source.topic, "decided")
-        self.sink.decided(lid, max(0.0, now - (context_ts if context_ts is not None else now)))
-        self._release_held(held, now, out)
+        self.sink.decided(lid, max(0.0, decided_at - (context_ts or decided_at)))
+        early = store.drop_hold(key)
+        if early is not None:
+            for item in early.feedback:
+                self.sink.processed(item.source.topic, "released_early_feedback")
+                released = self.on_feedback(
+                    item.raw.encode(), item.source, now, hold_if_unknown=False
+                )
+                out.dead_letters.extend(released.dead_letters)
         return out
 
-    def _release_held(self, held: list[dict[str, Any]], now: float, out: Emitted) -> None:
-        """Apply the feedback that arrived before its decision."""
-        for item in held:
-            self.sink.processed(item["source"]["topic"], "released_early_feedback")
-            released = self.on_feedback(
-                item["raw"].encode(), Source(**item["source"]), now, hold_if_unknown=False
+    def _hold_context(self, key: str, raw: bytes, source: Source, now: float) -> None:
+        """Keep a context of a not-yet-known learner until its config arrives (or the grace
+        ends), together with any feedback already held for the same event."""
+        store = self.store
+        hold = store.holds.get(key)
+        if hold is None or hold.kind is HoldKind.EARLY:
+            store.put_hold(
+                key,
+                Hold(
+                    HoldKind.AWAITING_LEARNER,
+                    now + self.unknown_learner_grace_s,
+                    hold.feedback if hold is not None else [],
+                    Held(_text(raw), source),
+                ),
             )
-            out.dead_letters.extend(released.dead_letters)
+        self.sink.processed(source.topic, "held")
 
     @staticmethod
     def _decision(
-        lid: str, eid: str, entry: Entry, record: Mapping[str, Any], redelivered: bool
+        lid: str, eid: str, entry: LearnerEntry, record: DecisionRecord, redelivered: bool
     ) -> Decision:
-        config = entry["config"]
-        return Decision(
+        config = entry.config
+        # Our own data, valid by construction: skip pydantic's validation on the hot path.
+        return Decision.model_construct(
             learner_id=lid,
             event_id=eid,
             family=config["family"],
             algorithm=config["algorithm"],
-            learner_version=record["version"],
-            output=record["output"],
-            ts=record["decided_at"],
-            decided_at=record["decided_at"],
-            context_ts=record["context_ts"],
+            learner_version=record.version,
+            output=record.output,
+            ts=record.decided_at,
+            decided_at=record.decided_at,
+            context_ts=record.context_ts,
             redelivered=redelivered,
         )
 
@@ -460,116 +418,83 @@ class Processor:
             self._dead(out, reason, detail, raw, source, now, lid, eid)
             return out
 
-        entry = self.learners.get(lid)
-        key = pending_key(lid, eid)
+        store = self.store
+        key = decision_key(lid, eid)
         part = feedback.part or ""
-        record = self.pending.get(key)
-        if record is None or record["status"] in ("early", "awaiting_learner"):
+        record = store.decisions.get(key)
+        if record is None:
             if not hold_if_unknown:
                 return dead("unknown_decision", "no decision for this event_id")
-            held = list(record["held"]) if record else []
-            if any(item["part"] == part for item in held):
+            self._hold_feedback(key, lid, part, raw, source, now)
+            return out
+        entry = store.learners.get(lid)
+        if entry is None:  # unreachable while deleting a learner drops its decisions
+            self._unknown_learner(out, raw, source, now, lid, eid)
+            return out
+        if not record.open:
+            if part in record.parts:
                 self.sink.processed(source.topic, "deduplicated")
                 return out
-            held.append({"part": part, "raw": _text(raw), "source": source.__dict__})
-            if record is not None:
-                self.pending[key] = {**record, "held": held}
-            else:
-                grace = (
-                    entry["config"]["early_feedback_grace_s"]
-                    if entry is not None
-                    else self.unknown_learner_grace_s
-                )
-                self.pending[key] = {
-                    "status": "early",
-                    "held": held,
-                    "partition": source.partition,
-                    "deadline": now + grace,
-                }
-            self.sink.processed(source.topic, "held")
-            return out
-        if entry is None:
-            self._entry(lid, raw, source, now, out, eid)  # dead-letters: the learner was deleted
-            return out
-        if record["status"] == "settled":
-            if part in record["parts"]:
-                self.sink.processed(source.topic, "deduplicated")
-                return out
-            if record["settled_by"] == "timeout":
+            if record.settled_by is Settled.TIMEOUT:
                 return dead(
                     "decision_expired",
                     "feedback arrived after the decision's feedback timeout; the timeout rule "
                     "was already applied",
                 )
             return dead(
-                "decision_settled", f"the decision was already settled ({record['settled_by']})"
+                "decision_settled", f"the decision was already settled ({record.settled_by})"
             )
-        seq = record["seq"]
-        if record["version"] != entry["version"]:
-            entry = self._editable(entry)
-            settled_record.settle(entry["settled"], seq)
-            self.learners[lid] = entry
-            self._settle(key, record, part, "stale_version", now)
+        if record.version != entry.version:
+            store.settle(key, record, Settled.STALE_VERSION, now, self.retention_s)
             return dead(
                 "stale_version",
-                f"decided by learner version {record['version']}, which has since been "
-                f"reconfigured to version {entry['version']}",
+                f"decided by learner version {record.version}, which has since been "
+                f"reconfigured to version {entry.version}",
             )
-        if self._already_applied(entry, seq, part):
-            self._repair(key, record, entry, part, now)
+        if part in record.parts:
             self.sink.processed(source.topic, "deduplicated")
             return out
-        learner = self._learner(lid, entry)
         fields = feedback.model_dump(exclude=ENVELOPE, exclude_none=True)
         try:
-            learned = learner.learn(record["pending"], fields)
-        except (LearnerError, ValueError, TypeError, IndexError, KeyError) as exc:
-            self._cache.pop(lid, None)
+            learned: Learned = self._call(entry, "learn", record.pending, fields)
+        except LEARNER_FAILURES as exc:
             return dead(
                 "learner_rejected" if isinstance(exc, LearnerError) else "learner_error", str(exc)
             )
-        entry = self._editable(entry)
-        stats.on_learned(entry["stats"], learned.metrics, settled=learned.done)
-        self._mark_applied(entry, seq, part, learned.done)
-        self._write(lid, entry, learner)
+        stats.on_learned(entry.stats, learned.metrics, settled=learned.done)
+        store.touch_learner(lid)
+        record.parts.append(part)
         if learned.done:
-            self._settle(key, record, part, "feedback", now)
+            store.settle(key, record, Settled.FEEDBACK, now, self.retention_s)
         else:
-            self.pending[key] = {**record, "parts": [*record["parts"], part]}
+            store.touch_decision(key)
         self.sink.processed(source.topic, "applied")
-        self.sink.feedback_applied(lid, max(0.0, now - record["decided_at"]))
+        self.sink.feedback_applied(lid, max(0.0, self._wall(now) - record.decided_at))
         return out
 
-    @staticmethod
-    def _already_applied(entry: Entry, seq: int, part: str) -> bool:
-        return settled_record.is_settled(entry["settled"], seq) or part in entry["parts"].get(
-            str(seq), []
-        )
-
-    @staticmethod
-    def _mark_applied(entry: Entry, seq: int, part: str, done: bool) -> None:
-        if done:
-            entry["parts"].pop(str(seq), None)
-            settled_record.settle(entry["settled"], seq)
+    def _hold_feedback(
+        self, key: str, lid: str, part: str, raw: bytes, source: Source, now: float
+    ) -> None:
+        """Keep feedback that arrived before its decision (the grace of its learner, or of an
+        unknown learner when the config has not arrived either)."""
+        store = self.store
+        hold = store.holds.get(key)
+        if hold is not None and any(item.part == part for item in hold.feedback):
+            self.sink.processed(source.topic, "deduplicated")
+            return
+        held = Held(_text(raw), source, part)
+        if hold is not None:
+            hold.feedback.append(held)
+            store.touch_hold(key)
         else:
-            entry["parts"][str(seq)] = [*entry["parts"].get(str(seq), []), part]
-
-    def _repair(
-        self, key: str, record: dict[str, Any], entry: Entry, part: str, now: float
-    ) -> None:
-        """Bring a pending record up to date with a learner write that preceded a crash."""
-        if settled_record.is_settled(entry["settled"], record["seq"]):
-            self._settle(key, record, part, "feedback", now)
-        elif part not in record["parts"]:
-            self.pending[key] = {**record, "parts": [*record["parts"], part]}
-
-    def _settle(
-        self, key: str, record: Mapping[str, Any], part: str | None, by: str, now: float
-    ) -> None:
-        parts = list(record["parts"]) + ([part] if part is not None else [])
-        settled = {k: v for k, v in record.items() if k != "pending"}
-        settled.update(status="settled", settled_by=by, settled_at=now, parts=parts)
-        self.pending[key] = settled
+            entry = store.learners.get(lid)
+            grace = (
+                entry.config["early_feedback_grace_s"]
+                if entry is not None
+                else self.unknown_learner_grace_s
+            )
+            store.put_hold(key, Hold(HoldKind.EARLY, now + grace, [held]))
+        self.sink.processed(source.topic, "held")
 
     # ------------------------------------------------------------------ truth
     def on_truth(self, raw: bytes, source: Source, now: float) -> Emitted:
@@ -579,11 +504,14 @@ class Processor:
         if truth is None:
             return out
         lid, eid = truth.learner_id, truth.event_id
-        entry = self._entry(lid, raw, source, now, out, eid)
+        store = self.store
+        entry = store.learners.get(lid)
         if entry is None:
+            self._unknown_learner(out, raw, source, now, lid, eid)
             return out
-        record = self.pending.get(pending_key(lid, eid))
-        if record is None or record["status"] == "early" or record["version"] != entry["version"]:
+        key = decision_key(lid, eid)
+        record = store.decisions.get(key)
+        if record is None or record.version != entry.version:
             self._dead(
                 out,
                 "unknown_decision",
@@ -595,78 +523,86 @@ class Processor:
                 eid,
             )
             return out
-        if record.get("truth"):
+        if record.truth:
             self.sink.processed(source.topic, "deduplicated")
             return out
-        entry = self._editable(entry)
-        config = entry["config"]
+        config = entry.config
         stats.on_truth(
-            entry["stats"],
+            entry.stats,
             config["family"],
-            record["output"],
+            record.output,
             truth.model_dump(exclude=ENVELOPE),
             config["params"],
         )
-        self._write(lid, entry, self._learner(lid, entry))
-        self.pending[pending_key(lid, eid)] = {**record, "truth": True}
+        record.truth = True
+        store.touch_learner(lid)
+        store.touch_decision(key)
         self.sink.processed(source.topic, "applied")
         return out
 
     # ------------------------------------------------------------------ timers
-    def on_tick(self, partition: int, now: float) -> Emitted:
-        """Expire overdue decisions, dead-letter unclaimed early feedback, purge tombstones."""
+    def on_tick(self, times: StreamTimes) -> Emitted:
+        """Expire overdue decisions, dead-letter unclaimed holds, purge settled decisions.
+
+        Each deadline is judged on the stream it waits for (see :class:`StreamTimes`).
+        """
         out = Emitted()
-        open_decisions = 0
-        for key, record in list(self.pending.items()):
-            if record["partition"] != partition:
-                continue
-            status = record["status"]
-            if status == "open":
-                if now >= record["deadline"]:
-                    self._expire(key, record, now)
-                else:
-                    open_decisions += 1
-            elif status in ("early", "awaiting_learner") and now >= record["deadline"]:
-                del self.pending[key]
-                lid, eid = key.split("/", 1)
-                held = [(item["raw"], item["source"]) for item in record["held"]]
-                if status == "awaiting_learner":
-                    held.insert(0, (record["raw"], record["source"]))
-                for text, origin in held:
-                    raw, source = text.encode(), Source(**origin)
-                    if self._entry(lid, raw, source, now, out, eid) is not None:
-                        self._dead(
-                            out,
-                            "feedback_without_decision",
-                            "no decision with this event_id arrived within the "
-                            "early-feedback grace period (unknown or long-expired "
-                            "event_id)",
-                            raw,
-                            source,
-                            now,
-                            lid,
-                            eid,
-                        )
-            elif status == "settled" and now >= record["settled_at"] + self.retention_s:
-                del self.pending[key]
-        self.sink.pending(partition, open_decisions)
+        store = self.store
+        # Purge first: a decision that expires now is kept at least until the next tick.
+        for key in list(store.due_purges(min(times.contexts, times.feedback))):
+            store.drop_decision(key)
+        for key, record in list(store.due_decisions(times.feedback)):
+            self._expire(key, record, times.feedback)
+        for kind, time in (
+            (HoldKind.EARLY, times.contexts),
+            (HoldKind.AWAITING_LEARNER, times.learners),
+        ):
+            for key, hold in list(store.due_holds(kind, time)):
+                store.drop_hold(key)
+                self._dead_hold(key, hold, time, out)
+        self.sink.pending(self.partition, store.open_decisions)
         return out
 
-    def _expire(self, key: str, record: dict[str, Any], now: float) -> None:
+    def _dead_hold(self, key: str, hold: Hold, now: float, out: Emitted) -> None:
+        lid, eid = key.split("/", 1)
+        held = ([hold.context] if hold.context is not None else []) + hold.feedback
+        known = lid in self.store.learners
+        for item in held:
+            raw = item.raw.encode()
+            if not known:
+                self._unknown_learner(out, raw, item.source, now, lid, eid)
+            else:
+                self._dead(
+                    out,
+                    "feedback_without_decision",
+                    "no decision with this event_id arrived within the early-feedback grace "
+                    "period (unknown or long-expired event_id)",
+                    raw,
+                    item.source,
+                    now,
+                    lid,
+                    eid,
+                )
+
+    def _expire(self, key: str, record: DecisionRecord, now: float) -> None:
         lid = key.split("/", 1)[0]
-        entry = self.learners.get(lid)
-        seq = record["seq"]
-        if entry is not None and record["version"] == entry["version"]:
-            if not settled_record.is_settled(entry["settled"], seq):
-                learner = self._learner(lid, entry)
-                learned = learner.expire(record["pending"])
-                entry = self._editable(entry)
-                stats.on_learned(entry["stats"], {**learned.metrics}, settled=True)
-                self._mark_applied(entry, seq, "", done=True)
-                self._write(lid, entry, learner)
-        elif entry is not None:
-            entry = self._editable(entry)
-            settled_record.settle(entry["settled"], seq)
-            self.learners[lid] = entry
-        self._settle(key, record, None, "timeout", now)
-        self.sink.processed("timer", "expired")
+        entry = self.store.learners.get(lid)
+        outcome = "expired"
+        if entry is not None and record.version == entry.version:
+            try:
+                learned: Learned = self._call(entry, "expire", record.pending)
+            except LEARNER_FAILURES:  # the learner is unchanged (see _call); still settle
+                outcome = "expire_failed"
+            else:
+                stats.on_learned(entry.stats, learned.metrics, settled=True)
+                self.store.touch_learner(lid)
+        self.store.settle(key, record, Settled.TIMEOUT, now, self.retention_s)
+        self.sink.processed("timer", outcome)
+
+    # ------------------------------------------------------------------ metrics
+    def gauges(self, learner_id: str) -> dict[str, Any] | None:
+        """A learner's live gauges (coverage, threshold, regret, ...), None if unknown."""
+        entry = self.store.learners.get(learner_id)
+        if entry is None:
+            return None
+        return stats.gauges(entry.config["family"], entry.stats, entry.learner.summary())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -46,27 +45,16 @@ def _count_numbers(value: object) -> int:
 
 
 def parse_event(raw: bytes, model: type[T], limits: Limits) -> T:
-    """Validate ``raw`` JSON as ``model``; raise :class:`Rejected` with the reason otherwise."""
+    """Validate ``raw`` JSON as ``model`` in one parse; raise :class:`Rejected` otherwise."""
     if len(raw) > limits.max_event_bytes:
         raise Rejected(
             "oversize",
             f"{len(raw)} bytes exceeds the limit of {limits.max_event_bytes} (--max-event-bytes)",
         )
     try:
-        document = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise Rejected("malformed_json", f"not valid UTF-8 JSON: {exc}") from None
-    if not isinstance(document, dict):
-        raise Rejected("malformed_json", f"expected a JSON object, got {type(document).__name__}")
-    try:
         record = model.model_validate_json(raw)
     except ValidationError as exc:
-        reason = (
-            "non_finite"
-            if any(e["type"] == "finite_number" for e in exc.errors())
-            else ("invalid_schema")
-        )
-        raise Rejected(reason, describe(exc)) from None
+        raise Rejected(*_reason(exc)) from None
     labels = getattr(record, "labels", None)
     if labels is not None and len(labels) > limits.max_labels:
         raise Rejected("oversize", f"{len(labels)} labels exceeds the limit of {limits.max_labels}")
@@ -77,3 +65,15 @@ def parse_event(raw: bytes, model: type[T], limits: Limits) -> T:
                 "oversize", f"'{name}' has more than {limits.max_features} numbers (--max-features)"
             )
     return record
+
+
+def _reason(error: ValidationError) -> tuple[str, str]:
+    """The dead-letter reason and detail of a failed validation."""
+    first = error.errors()[0]
+    if first["type"] == "json_invalid":
+        return "malformed_json", f"not valid UTF-8 JSON: {first['msg']}"
+    if first["type"] == "model_type" and not first["loc"]:
+        return "malformed_json", f"expected a JSON object, got {type(first['input']).__name__}"
+    if any(e["type"] == "finite_number" for e in error.errors()):
+        return "non_finite", describe(error)
+    return "invalid_schema", describe(error)

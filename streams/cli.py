@@ -52,10 +52,24 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
         help="port of /metrics and /healthz (default: %(default)s)",
     )
     parser.add_argument(
-        "--tick-interval",
+        "--commit-interval-ms",
         type=float,
-        default=1.0,
-        help="seconds between timeout sweeps (default: %(default)s)",
+        default=50.0,
+        help="at most this long between a decision and the commit that publishes it; a "
+        "crash redoes at most the events of one commit (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-batch",
+        type=int,
+        default=2000,
+        help="a commit starts early once this many events wait (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--session-timeout",
+        type=float,
+        default=None,
+        help="consumer group session timeout in seconds: how soon a killed worker's partitions "
+        "move (default: 2 on the embedded broker, 10 elsewhere; Apache Kafka's minimum is 6)",
     )
     parser.add_argument(
         "--retention",
@@ -72,23 +86,16 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
         default=100,
         help="learners exported individually to Prometheus (default: %(default)s)",
     )
-    parser.add_argument("--linger-ms", type=float, default=5.0,
-                        help="producer batching delay in ms (default: %(default)s)")
-    parser.add_argument(
-        "--single-record-batches", choices=["auto", "on", "off"], default="auto",
-        help="produce one record per batch; needed on Tansu, whose end offsets count batches "
-             "(auto: on when the broker is Tansu)")
     parser.add_argument("--loglevel", default="warning")
 
 
-def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is lazy: Faust)
-    from streams.app import WorkerSettings
+def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is lazy: aiokafka)
     from streams.broker import is_tansu
+    from streams.worker import WorkerSettings
 
-    single = args.single_record_batches
-    if single == "auto":
-        single = "on" if is_tansu(args.bootstrap) else "off"
-
+    session = args.session_timeout
+    if session is None:
+        session = 2.0 if is_tansu(args.bootstrap) else 10.0
     return WorkerSettings(
         bootstrap=args.bootstrap,
         app_id=args.app_id,
@@ -96,11 +103,11 @@ def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is l
         partitions=args.partitions,
         web_host=args.web_host,
         web_port=args.web_port,
-        tick_interval_s=args.tick_interval,
+        commit_interval_s=args.commit_interval_ms / 1000.0,
+        max_batch_events=args.max_batch,
         retention_s=args.retention,
         max_exported_learners=args.max_exported_learners,
-        linger_ms=args.linger_ms,
-        single_record_batches=single == "on",
+        session_timeout_s=session,
         limits=Limits(args.max_event_bytes, args.max_labels, args.max_features),
     )
 
@@ -124,21 +131,19 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    import faust
+    import logging
 
-    from streams.app import create_app
     from streams.broker import wait_for_broker
     from streams.topics import Topics, ensure_topics
+    from streams.worker import run_worker
 
+    logging.basicConfig(
+        level=args.loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     wait_for_broker(args.bootstrap)
     settings = worker_settings(args)
-    if settings.single_record_batches:
-        print("banditflow worker: producing one record per batch (the broker is Tansu, whose "
-              "end offsets count batches; see --single-record-batches)", file=sys.stderr)
-    ensure_topics(settings.bootstrap, Topics(settings.prefix), settings.partitions)
-    app = create_app(settings)
-    worker = faust.Worker(app, loglevel=args.loglevel)
-    worker.execute_from_commandline()
+    ensure_topics(settings.bootstrap, Topics(settings.prefix), settings.partitions, settings.app_id)
+    run_worker(settings)
     return 0
 
 

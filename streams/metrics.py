@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE  # noqa: F401  (re-export)
 from prometheus_client import (
     CollectorRegistry,
-    Counter,
     Gauge,
     Histogram,
     disable_created_metrics,
     generate_latest,
+)
+from prometheus_client import (
+    Counter as PromCounter,
 )
 
 from processors.sink import Sink
@@ -51,13 +54,13 @@ class PrometheusSink(Sink):
         self.max_learners = max_learners
         self._exported: set[str] = set()
         r = self.registry
-        self.records = Counter(
+        self.records = PromCounter(
             "banditflow_records",
             "Records handled, by topic and outcome",
             ("topic", "outcome"),
             registry=r,
         )
-        self.dead_letters = Counter(
+        self.dead_letters = PromCounter(
             "banditflow_dead_letters", "Records dead-lettered, by reason", ("reason",), registry=r
         )
         self.decision_latency = Histogram(
@@ -105,19 +108,67 @@ class PrometheusSink(Sink):
             (*LEARNER_LABELS, "name"),
             registry=r,
         )
+        self.recovery_seconds = Gauge(
+            "banditflow_recovery_seconds",
+            "Time the last recovery of a partition's state took (read, re-publish, claim)",
+            ("partition",),
+            registry=r,
+        )
+        self.recovery_bytes = Gauge(
+            "banditflow_recovery_bytes",
+            "State log bytes read by the last recovery of a partition (from its snapshot)",
+            ("partition",),
+            registry=r,
+        )
+        self.state_log_bytes = PromCounter(
+            "banditflow_state_log_bytes",
+            "Bytes written to the state log (compressed commits and snapshot slices)",
+            registry=r,
+        )
+        self.commits = PromCounter(
+            "banditflow_commits", "Commits written to the state log, per partition",
+            ("partition",), registry=r,
+        )
+        self.commit_seconds = Histogram(
+            "banditflow_commit_seconds",
+            "Time from a commit's cut to its decisions being acknowledged by the broker",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=r,
+        )
         self._not_exported: set[str] = set()
+        self._records: Counter[tuple[str, str]] = Counter()
+        self._dead_letters: Counter[str] = Counter()
+        self._latencies: list[float] = []
+        self._delays: list[float] = []
 
+    # Per-event observations are counted in plain Python and handed to prometheus_client in
+    # one pass (flush), at each commit and each scrape: its locks cost more than the counting.
     def processed(self, topic: str, outcome: str) -> None:
-        self.records.labels(topic, outcome).inc()
+        self._records[topic, outcome] += 1
 
     def dead_lettered(self, reason: str) -> None:
-        self.dead_letters.labels(reason).inc()
+        self._dead_letters[reason] += 1
 
     def decided(self, learner_id: str, latency_s: float) -> None:
-        self.decision_latency.observe(latency_s)
+        self._latencies.append(latency_s)
 
     def feedback_applied(self, learner_id: str, delay_s: float) -> None:
-        self.feedback_delay.observe(delay_s)
+        self._delays.append(delay_s)
+
+    def flush(self) -> None:
+        """Apply the observations counted since the last flush to the exported metrics."""
+        for (topic, outcome), count in self._records.items():
+            self.records.labels(topic, outcome).inc(count)
+        for reason, count in self._dead_letters.items():
+            self.dead_letters.labels(reason).inc(count)
+        for value in self._latencies:
+            self.decision_latency.observe(value)
+        for value in self._delays:
+            self.feedback_delay.observe(value)
+        self._records.clear()
+        self._dead_letters.clear()
+        self._latencies.clear()
+        self._delays.clear()
 
     def pending(self, partition: int, open_decisions: int) -> None:
         self.pending_decisions.labels(str(partition)).set(open_decisions)
@@ -158,5 +209,9 @@ class PrometheusSink(Sink):
                 if labels[0] == learner_id:
                     metric.remove(*labels)
 
-    def exposition(self) -> bytes:
+    def exposition(self, flush: bool = True) -> bytes:
+        """The text format; ``flush=False`` from another thread (the worker flushes at every
+        commit, on its own thread)."""
+        if flush:
+            self.flush()
         return generate_latest(self.registry)

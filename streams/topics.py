@@ -34,10 +34,6 @@ class Topics:
         return f"{self.prefix}.truth"
 
     @property
-    def ticks(self) -> str:
-        return f"{self.prefix}.ticks"
-
-    @property
     def decisions(self) -> str:
         return f"{self.prefix}.decisions"
 
@@ -46,11 +42,25 @@ class Topics:
         return f"{self.prefix}.deadletter"
 
     def inputs(self) -> list[str]:
-        """The co-partitioned topics one worker agent consumes."""
-        return [self.learners, self.contexts, self.feedback, self.truth, self.ticks]
+        """The co-partitioned topics a worker consumes."""
+        return [self.learners, self.contexts, self.feedback, self.truth]
+
+    def kinds(self) -> dict[str, str]:
+        """Input topic name -> the stream it carries (``learners``, ``contexts``, ...)."""
+        return {name: name.removeprefix(f"{self.prefix}.") for name in self.inputs()}
 
     def all(self) -> list[str]:
         return [*self.inputs(), self.decisions, self.deadletter]
+
+
+def state_topic(app_id: str) -> str:
+    """The state log of the workers of ``app_id`` (one consumer group, one state)."""
+    return f"{app_id}.state"
+
+
+# The state log needs no compaction (snapshots bound what a recovery reads); retention only
+# removes what is older than the latest snapshot, which is rewritten at least hourly.
+STATE_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": str(7 * 24 * 3600 * 1000)}
 
 
 def partition_for(key: str, partitions: int) -> int:
@@ -63,10 +73,20 @@ class TopicError(RuntimeError):
     pass
 
 
-def ensure_topics(bootstrap: str, topics: Topics, partitions: int) -> None:
-    """Create missing topics; fail clearly if an input topic has another partition count,
-    since co-partitioning is what lets one worker own a learner's contexts and feedback."""
+def ensure_topics(
+    bootstrap: str, topics: Topics, partitions: int, app_id: str | None = None
+) -> None:
+    """Create missing topics (with ``app_id``, its state log too); fail clearly if an input
+    topic or the state log has another partition count, since co-partitioning is what lets
+    one worker own a learner's contexts, feedback and state."""
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="banditflow-admin")
+    configs = {topics.learners: {"cleanup.policy": "compact"}}
+    names = topics.all()
+    checked = topics.inputs()
+    if app_id is not None:
+        configs[state_topic(app_id)] = STATE_TOPIC_CONFIG
+        names.append(state_topic(app_id))
+        checked.append(state_topic(app_id))
     try:
         existing = set(admin.list_topics())
         wanted = [
@@ -74,21 +94,21 @@ def ensure_topics(bootstrap: str, topics: Topics, partitions: int) -> None:
                 name,
                 num_partitions=partitions,
                 replication_factor=1,
-                topic_configs={"cleanup.policy": "compact"} if name == topics.learners else {},
+                topic_configs=configs.get(name, {}),
             )
-            for name in topics.all()
+            for name in names
             if name not in existing
         ]
         if wanted:
             with contextlib.suppress(TopicAlreadyExistsError):
                 admin.create_topics(wanted)
-        described = admin.describe_topics(topics.inputs())
+        described = admin.describe_topics(checked)
         for topic in described:
             count = len(topic["partitions"])
             if count != partitions:
                 raise TopicError(
                     f"topic {topic['name']!r} has {count} partitions but the worker expects "
-                    f"{partitions}: all of {', '.join(topics.inputs())} must have the same count "
+                    f"{partitions}: all of {', '.join(checked)} must have the same count "
                     "(pass --partitions to match, or recreate the topics)"
                 )
     finally:

@@ -22,8 +22,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from processors import Processor, Source
-from processors.engine import Emitted
+from processors import Emitted, PartitionStore, Processor, Source, StreamTimes
 
 LEARNER_ID = "replay"
 CONFIGS, CONTEXTS, FEEDBACK = Source("learners"), Source("contexts"), Source("feedback")
@@ -208,7 +207,7 @@ def replay(
     that decision's record was already purged).
     """
     delay = delay or Delay()
-    processor = Processor({}, {}, retention_s=0.0, persist_state=False)
+    processor = Processor(PartitionStore(track_changes=False), retention_s=0.0)
     config = replay_config(task.family, algorithm, params, seed, feedback_timeout)
     _raise_dead_letters(processor.on_config(LEARNER_ID, config, CONFIGS, 0.0), "learner config")
     rng = np.random.default_rng(seed)
@@ -220,7 +219,7 @@ def replay(
         for raw in schedule.arrived(t):
             _count(processor.on_feedback(raw, FEEDBACK, float(t)), rejected)
         if schedule.sweep(t):
-            _count(processor.on_tick(0, float(t)), rejected)
+            _count(processor.on_tick(StreamTimes.at(float(t))), rejected)
         emitted = processor.on_context(context_event(round_), CONTEXTS, float(t))
         _raise_dead_letters(emitted, f"context of round {t} (event {round_.event_id!r})")
         output = emitted.decisions[0].output
@@ -234,8 +233,7 @@ def replay(
     last = float(end)
     for last, raw in schedule.in_flight(end):
         _count(processor.on_feedback(raw, FEEDBACK, last), rejected)
-    _count(processor.on_tick(0, final_sweep(end, last, feedback_timeout)), rejected)
-    processor.flush_state()
+    _count(processor.on_tick(StreamTimes.at(final_sweep(end, last, feedback_timeout))), rejected)
     return rows, replay_summary(task.summary(rows), schedule, rejected), processor
 
 

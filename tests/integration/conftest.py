@@ -3,6 +3,7 @@ worker processes. Every process started here is stopped in teardown, failures in
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -18,7 +19,8 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from streams.broker import EmbeddedBroker, free_port
 from streams.demo import stop, wait_until_ready
 from streams.scrape import fetch
-from streams.topics import Topics, ensure_topics
+from streams.statelog import read_commits
+from streams.topics import Topics, ensure_topics, state_topic
 
 
 @pytest.fixture(scope="session")
@@ -92,7 +94,7 @@ def start_worker(broker: EmbeddedBroker, tmp_path: Path) -> Iterator[Callable[..
         web_port: int | None = None,
         wait: bool = True,
     ) -> Worker:
-        ensure_topics(broker.bootstrap, Topics(prefix), partitions)
+        ensure_topics(broker.bootstrap, Topics(prefix), partitions, prefix)
         port = web_port or free_port()
         log_path = tmp_path / f"worker-{prefix}-{len(started)}.log"
         command = [
@@ -112,8 +114,6 @@ def start_worker(broker: EmbeddedBroker, tmp_path: Path) -> Iterator[Callable[..
             str(port),
             "--loglevel",
             "info",
-            "--tick-interval",
-            "0.5",
             *(extra_args or []),
         ]
         with open(log_path, "ab") as log:
@@ -177,6 +177,24 @@ class TopicReader:
 
     def close(self) -> None:
         self.consumer.close()
+
+
+@pytest.fixture
+def learner_entries(broker: EmbeddedBroker) -> Callable[[str, str], list[dict[str, Any]]]:
+    """``learner_entries(app_id, learner_id)``: every value of the learner's entry written
+    to the worker's state log, in order."""
+
+    def entries(app_id: str, learner_id: str) -> list[dict[str, Any]]:
+        commits = asyncio.run(read_commits(broker.bootstrap, state_topic(app_id)))
+        return [
+            value
+            for partition in commits.values()
+            for _, commit in partition
+            for key, value in commit.puts
+            if key == f"l/{learner_id}"
+        ]
+
+    return entries
 
 
 @pytest.fixture

@@ -4,32 +4,30 @@ Two deferral learners with a tight budget (B = 12, c_max = 1) get contexts in ba
 few batches later and in shuffled order, both feedback parts of each decision (full mode:
 the model's reward always, the human's reward and cost when deferred), plus some duplicate
 parts sent on purpose. Between batches the worker is killed with SIGKILL at random moments
-(usually with records in flight) and restarted with the same app id, so it recovers its
-tables from their changelogs and Kafka re-delivers what was not committed.
+(usually with records in flight) and restarted with the same app id, so it reads its state
+back from the state log and resumes its inputs where the last commit left them.
 
 Checked at the end:
 
-- every learner entry ever written (keys ``learner:<id>`` of the state table's changelog
-  topic ``<app_id>-state-changelog``) has ``spent + reserved <= B``;
+- every learner entry ever committed to the state log (``l/<id>`` in ``<app_id>.state``) has
+  ``spent + reserved <= B``;
 - the final state applied every distinct feedback part exactly once: the statistics count
   every decision once, the deferrals and their costs once, the UCB arms were observed once
   per part, no reservation is left, nothing is partially settled;
 - a decision published more than once (re-emitted after a restart) is identical every time;
 - nothing was dead-lettered;
-- every learner entry written after a restart continues from the latest one (its revision
-  grows by one per write: a restarted worker that recovered a stale table would write a
-  lower one). A dump of everything read goes to ``$TMPDIR/deferral-crash-dump.json``.
+- every restart resumed from the latest commit (the input marks never go back, and each
+  restart claimed its partitions). A dump of everything read goes to
+  ``$TMPDIR/deferral-crash-dump.json``.
 
-What makes this hold without Kafka transactions (see processors/engine.py and
-streams/app.py): learner entries and pending records share one changelog, so a crash loses
-a suffix of the writes; the learner entry is written first and carries the last decision;
-decisions are published only once their state is acknowledged by the broker; and on Tansu
-the worker produces one record per batch, because Tansu's end offsets count batches and
-Faust's recovery would otherwise stop short of the last records.
+What makes this hold without Kafka transactions (see streams/statelog.py): a commit writes a
+partition's state changes and the input offsets they cover in one record, decisions are
+published only once that record is acknowledged, and a restart resumes at those offsets.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import math
@@ -41,7 +39,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaProducer
+
+from streams.statelog import read_commits
+from streams.topics import state_topic
 
 pytestmark = pytest.mark.integration
 
@@ -61,30 +62,12 @@ LEARNERS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def read_all(bootstrap: str, topic: str) -> list[dict[str, Any]]:
-    """Every record of ``topic`` (tombstones included), in offset order per partition."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                             group_id=None, consumer_timeout_ms=2000)
-    try:
-        assigned = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
-        consumer.assign(assigned)
-        consumer.seek_to_beginning(*assigned)
-        return [
-            {"partition": r.partition, "offset": r.offset,
-             "key": None if r.key is None else json.loads(r.key),
-             "value": None if r.value is None else json.loads(r.value)}
-            for r in consumer
-        ]
-    finally:
-        consumer.close()
-
-
 def changelog(reader_values: list[dict[str, Any]], learner_id: str) -> list[dict[str, Any]]:
     return [v for v in reader_values if v and v.get("config", {}).get("learner_id") == learner_id]
 
 
 def test_budget_and_exactly_once_through_kill_minus_nine(
-    broker, start_worker, producer: KafkaProducer, read_topic
+    broker, start_worker, producer: KafkaProducer, read_topic, wait_until, learner_entries
 ) -> None:
     started = time.monotonic()
     rng = np.random.default_rng(SEED)
@@ -172,38 +155,38 @@ def test_budget_and_exactly_once_through_kill_minus_nine(
     send_feedback(EVENTS)
     expected_parts = len(sent_parts)
 
-    state_log = read_topic(f"{PREFIX}-state-changelog")
-
-    def settled_everything(values: list[dict[str, Any]]) -> bool:
-        for lid in LEARNERS:
-            entries = changelog(values, lid)
-            if not entries or entries[-1]["stats"].get("feedback", 0.0) < EVENTS:
-                return False
-        return True
+    def settled_everything() -> bool:
+        return all(
+            (entries := learner_entries(PREFIX, lid))
+            and entries[-1]["stats"].get("feedback", 0.0) >= EVENTS
+            for lid in LEARNERS
+        )
 
     try:
-        state_log.wait_for(settled_everything, 60)
+        wait_until(settled_everything, 60)
         time.sleep(1.0)  # anything still in flight (it must not change the counts below)
     except AssertionError:
         pass  # the checks below say what is missing
-    everything = read_all(broker.bootstrap, f"{PREFIX}-state-changelog")
-    records = [r for r in everything if str(r["key"]).startswith("learner:")]
-    values = [r["value"] for r in records]
-    pending_values = [r for r in everything if str(r["key"]).startswith("pending:")]
-    dump = {"decisions": decisions.poll(), "dead": deadletter.poll(), "state": records,
-            "pending": pending_values, "sent": sorted(sent_parts)}
+    commits = asyncio.run(read_commits(broker.bootstrap, state_topic(PREFIX)))
+    values = [
+        value for partition in commits.values() for _, commit in partition
+        for key, value in commit.puts if key.startswith("l/")
+    ]
+    dump = {"decisions": decisions.poll(), "dead": deadletter.poll(),
+            "commits": {p: [(o, c.body()) for o, c in cs] for p, cs in commits.items()},
+            "sent": sorted(sent_parts)}
     (Path(tempfile.gettempdir()) / "deferral-crash-dump.json").write_text(json.dumps(dump))
-    # A restarted worker must resume from the latest state: the entry's revision grows by one
-    # per write, so a value whose revision does not exceed its predecessor's was computed
-    # from a stale (incompletely recovered) table.
-    for lid in LEARNERS:
-        mine = [r for r in records if r["key"] == f"learner:{lid}"]
-        for before, after in itertools.pairwise(mine):
-            assert after["value"]["revision"] > before["value"]["revision"], (
-                f"{lid}: changelog offset {after['offset']} has revision "
-                f"{after['value']['revision']} after revision {before['value']['revision']} "
-                f"at offset {before['offset']}: the restarted worker recovered a stale table"
-            )
+    # A restarted worker resumes where the last commit left: the input marks of the commits
+    # a reader applies never go back (a stale recovery would redo events from older marks).
+    for partition in commits.values():
+        for (before_offset, before), (after_offset, after) in itertools.pairwise(partition):
+            for stream, mark in before.marks.items():
+                assert after.marks.get(stream, 0) >= mark, (
+                    f"commit at offset {after_offset} resumes {stream} at "
+                    f"{after.marks.get(stream)} after {mark} at offset {before_offset}"
+                )
+    claims = [c.epoch >> 32 for p in commits.values() for _, c in p if c.claim]
+    assert len(claims) >= (restarts + 1) * 2  # every restart claimed both partitions
 
     # 1. The budget was never exceeded, not even transiently in a written state.
     max_committed = {}

@@ -36,7 +36,7 @@ def random_graph(rng: np.random.Generator) -> list[list[float]]:
 
 
 def test_graph_cb_decisions_feedback_state_and_metrics(
-    broker, start_worker, producer: KafkaProducer, read_topic, wait_until
+    broker, start_worker, producer: KafkaProducer, read_topic, wait_until, learner_entries
 ) -> None:
     worker = start_worker(PREFIX, partitions=2)
     topics = worker.topics
@@ -108,12 +108,9 @@ def test_graph_cb_decisions_feedback_state_and_metrics(
     assert [r["event_id"] for r in redelivered] == ["e5"]
     assert redelivered[0]["output"] == first["e5"]["output"]
 
-    # The learner's table entry (changelog): one oracle update per revealed loss, no more.
-    changelog = read_topic(f"{PREFIX}-state-changelog")
-
+    # The learner's entry in the state log: one oracle update per revealed loss, no more.
     def final_entry() -> dict[str, Any] | None:
-        entries = [v for v in changelog.poll()
-                   if v and v.get("config", {}).get("learner_id") == LID and v.get("state")]
+        entries = learner_entries(PREFIX, LID)
         return entries[-1] if entries else None
 
     wait_until(lambda: (final_entry() or {}).get("stats", {}).get("feedback") == EVENTS)

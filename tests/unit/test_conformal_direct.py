@@ -84,7 +84,7 @@ def test_direct_engine_equals_the_processors(
         assert len({row["set_size"] for row in got[0]}) >= 3
     assert got[0] == expected[0]  # every round's threshold, coverage and set size
     assert got[1] == expected[1]
-    learner = expected[2]._learner("replay", expected[2].learners["replay"])
+    learner = expected[2].store.learners["replay"].learner
     assert got[2].to_state() == learner.to_state()  # the learners end in the same state
     if loss:
         assert got[1]["feedback_lost"] > 0

@@ -116,7 +116,7 @@ def test_replay_summary_and_trajectory_agree_with_the_log(small_log: Path) -> No
     assert summary["percent_of_opt"] == pytest.approx(100 * reward.sum() / opt.value)
     assert 0 < summary["percent_of_opt_expected"] <= 100.0 + 1e-9
     # the learner's own account agrees: every part applied once, nothing reserved
-    entry = processor.learners["replay"]
+    entry = processor.store.value("l/replay")
     assert entry["state"]["spent"] == pytest.approx(summary["spent"])
     assert entry["state"]["reserved"] == 0.0
     assert entry["state"]["human"]["count"] == deferred.sum()
@@ -129,9 +129,9 @@ def test_bandit_mode_observes_only_the_chosen_arm(small_log: Path) -> None:
     task = DeferralTask(log, 30.0, "bandit")
     params = {"dim": log.dim, "budget": 30.0, "horizon": log.rounds, "feedback": "bandit"}
     _, summary, processor = replay(task, "arbitrary_human", params)
-    state = processor.learners["replay"]["state"]
+    state = processor.store.value("l/replay")["state"]
     assert summary["spent"] <= 30.0 and state["partial"] == {}
-    assert processor.learners["replay"]["stats"]["feedback"] == log.rounds
+    assert processor.store.value("l/replay")["stats"]["feedback"] == log.rounds
 
 
 def test_best_reject_gets_a_hindsight_threshold(small_log: Path) -> None:

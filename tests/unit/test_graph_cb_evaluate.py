@@ -96,7 +96,7 @@ def test_replay_learns_every_revealed_loss_once(tmp_path: Path) -> None:
     rows, summary, processor = replay(task, "squarecb_g", params, seed=5)
     assert [r["loss"] for r in rows] == [records[t]["losses"][r["action"]]
                                          for t, r in enumerate(rows)]
-    state = processor.learners["replay"]["state"]
+    state = processor.store.value("l/replay")["state"]
     assert state["oracle"]["updates"] == sum(task.revealed)
     assert summary["mean_revealed"] == pytest.approx(np.mean(task.revealed))
     assert summary["pv_loss"] == pytest.approx(np.mean([r["loss"] for r in rows]))

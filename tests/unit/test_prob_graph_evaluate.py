@@ -112,7 +112,7 @@ def test_replay_through_the_processors_accounts_every_round() -> None:
     assert rows[-1]["regret"] == pytest.approx(summary["regret"])
     assert summary["feedback_rejected"] == {} and summary["feedback_lost"] == 0
     assert sum(summary["branches"].values()) == 300
-    state = processor.learners["replay"]["state"]
+    state = processor.store.value("l/replay")["state"]
     assert sum(state["plays"]) == 300 and state["open"] == {}
 
 
@@ -123,7 +123,8 @@ def test_partial_feedback_in_parts_learns_exactly_as_one_event() -> None:
         for parts in (1, 2)
     ]
     assert [r["arm"] for r in runs[0][0]] == [r["arm"] for r in runs[1][0]]
-    assert runs[0][2].learners["replay"]["state"] == runs[1][2].learners["replay"]["state"]
+    states = [run[2].store.value("l/replay")["state"] for run in runs]
+    assert states[0] == states[1]
 
 
 def test_cli_writes_summary_and_trajectory(tmp_path: Path) -> None:

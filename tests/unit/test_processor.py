@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any
 
 import numpy as np
 import pytest
 
-from processors import Processor, Source
-from processors.engine import Emitted
+from processors import Emitted, Processor, Source, StreamTimes
+from processors.records import Settled
 from schemas import Limits
 
 LID = "shop"
@@ -56,13 +55,17 @@ CONFIGS, CONTEXTS, FEEDBACK = Source("learners"), Source("contexts"), Source("fe
 
 @pytest.fixture
 def processor() -> Processor:
-    p = Processor({}, {}, retention_s=100.0, unknown_learner_grace_s=3.0)
+    p = Processor(retention_s=100.0, unknown_learner_grace_s=3.0)
     p.on_config(LID, config(), CONFIGS, 0.0)
     return p
 
 
 def sps_n(p: Processor) -> int:
-    return p.learners[LID]["state"]["n"]
+    return p.store.learners[LID].learner.to_state()["n"]
+
+
+def tick(p: Processor, time: float) -> Emitted:
+    return p.on_tick(StreamTimes.at(time))
 
 
 def reasons(emitted: Emitted) -> list[str]:
@@ -74,7 +77,7 @@ def test_redelivered_context_re_emits_the_stored_decision(processor: Processor) 
     again = processor.on_context(context("e1"), CONTEXTS, 2.0).decisions[0]
     assert again.redelivered and not first.redelivered
     assert again.output == first.output and again.decided_at == first.decided_at
-    assert processor.learners[LID]["stats"]["decisions"] == 1
+    assert processor.store.learners[LID].stats["decisions"] == 1
 
 
 def test_redelivered_feedback_is_applied_once(processor: Processor) -> None:
@@ -82,7 +85,7 @@ def test_redelivered_feedback_is_applied_once(processor: Processor) -> None:
     for _ in range(3):
         assert processor.on_feedback(feedback("e1"), FEEDBACK, 2.0).dead_letters == []
     assert sps_n(processor) == 1
-    assert processor.learners[LID]["stats"]["feedback"] == 1
+    assert processor.store.learners[LID].stats["feedback"] == 1
 
 
 def test_early_feedback_is_held_then_applied(processor: Processor) -> None:
@@ -90,26 +93,26 @@ def test_early_feedback_is_held_then_applied(processor: Processor) -> None:
     assert sps_n(processor) == 0
     processor.on_context(context("e1"), CONTEXTS, 2.0)
     assert sps_n(processor) == 1
-    assert processor.pending[f"{LID}/e1"]["status"] == "settled"
+    assert processor.store.decisions[f"{LID}/e1"].settled_by is Settled.FEEDBACK
 
 
 def test_early_feedback_without_decision_is_dead_lettered_after_grace(processor: Processor) -> None:
     processor.on_feedback(feedback("ghost"), FEEDBACK, 1.0)
-    assert processor.on_tick(0, 5.9).dead_letters == []  # grace is 5 s
-    emitted = processor.on_tick(0, 6.1)
+    assert tick(processor, 5.9).dead_letters == []  # grace is 5 s
+    emitted = tick(processor, 6.1)
     assert reasons(emitted) == ["feedback_without_decision"]
     assert emitted.dead_letters[0].event_id == "ghost"
-    assert f"{LID}/ghost" not in processor.pending
+    assert f"{LID}/ghost" not in processor.store.holds
 
 
 def test_timeout_counts_as_a_miss_and_late_feedback_is_dead_lettered(processor: Processor) -> None:
     processor.on_context(context("e1"), CONTEXTS, 1.0)
-    processor.on_tick(0, 10.5)
+    tick(processor, 10.5)
     assert sps_n(processor) == 0  # deadline is 11
-    processor.on_tick(0, 11.0)
-    state = processor.learners[LID]["state"]
+    tick(processor, 11.0)
+    state = processor.store.learners[LID].learner.to_state()
     assert (state["n"], state["n_le"]) == (1, 1)  # a miss
-    assert processor.learners[LID]["stats"]["timed_out"] == 1
+    assert processor.store.learners[LID].stats["timed_out"] == 1
     late = processor.on_feedback(feedback("e1"), FEEDBACK, 12.0)
     assert reasons(late) == ["decision_expired"]
     assert sps_n(processor) == 1
@@ -118,22 +121,94 @@ def test_timeout_counts_as_a_miss_and_late_feedback_is_dead_lettered(processor: 
 def test_settled_records_are_purged_after_retention(processor: Processor) -> None:
     processor.on_context(context("e1"), CONTEXTS, 1.0)
     processor.on_feedback(feedback("e1"), FEEDBACK, 2.0)
-    processor.on_tick(0, 101.0)
-    assert f"{LID}/e1" in processor.pending
-    processor.on_tick(0, 102.5)
-    assert f"{LID}/e1" not in processor.pending
+    tick(processor, 101.0)
+    assert f"{LID}/e1" in processor.store.decisions
+    tick(processor, 102.5)
+    assert f"{LID}/e1" not in processor.store.decisions
 
 
-def test_ticks_only_touch_their_own_partition(processor: Processor) -> None:
-    processor.on_context(context("e1"), Source("contexts", partition=3), 1.0)
-    processor.on_tick(0, 50.0)
-    assert processor.pending[f"{LID}/e1"]["status"] == "open"
-    processor.on_tick(3, 50.0)
-    assert processor.pending[f"{LID}/e1"]["status"] == "settled"
+def test_a_decision_expires_on_the_feedback_stream_not_the_context_stream(
+    processor: Processor,
+) -> None:
+    """A worker reading a backlog sees contexts far ahead of feedback: only the feedback
+    stream passing the deadline means no feedback produced before it is still unread."""
+    processor.on_context(context("e1"), CONTEXTS, 1.0)  # deadline 11
+    processor.on_tick(StreamTimes(learners=500.0, contexts=500.0, feedback=10.9))
+    assert processor.store.decisions[f"{LID}/e1"].open
+    assert processor.on_feedback(feedback("e1"), FEEDBACK, 10.9).dead_letters == []
+    assert sps_n(processor) == 1 and processor.store.learners[LID].stats["feedback"] == 1
+
+
+def test_early_feedback_waits_on_the_context_stream(processor: Processor) -> None:
+    processor.on_feedback(feedback("e1"), FEEDBACK, 1.0)  # grace 5 s: until 6
+    assert processor.on_tick(StreamTimes(1000.0, 5.0, 1000.0)).dead_letters == []
+    assert processor.on_context(context("e1"), CONTEXTS, 5.0).decisions  # ... and is applied
+    assert sps_n(processor) == 1
+
+
+def test_tick_costs_what_expires(processor: Processor) -> None:
+    """The deadline index: a tick pops only due entries; settled decisions leave theirs
+    behind, which are skipped when they come due."""
+    for i in range(50):
+        processor.on_context(context(f"e{i}"), CONTEXTS, float(i))  # deadlines 10 .. 59
+    for i in range(0, 50, 2):
+        processor.on_feedback(feedback(f"e{i}"), FEEDBACK, float(i) + 0.5)
+    assert processor.store.open_decisions == 25
+    tick(processor, 29.5)  # e1, e3, ..., e19 are due
+    assert processor.store.learners[LID].stats["timed_out"] == 10
+    assert processor.store.open_decisions == 15
+    tick(processor, 100.0)
+    assert processor.store.learners[LID].stats["timed_out"] == 25
+    assert processor.store.open_decisions == 0
+
+
+def test_a_failing_learner_call_changes_nothing(processor: Processor, monkeypatch) -> None:
+    """The learner is rebuilt from its checkpoint and redo log, so an event that raises
+    halfway through a learner's update leaves no trace of it."""
+    for i in range(5):
+        processor.on_context(context(f"e{i}"), CONTEXTS, float(i))
+        processor.on_feedback(feedback(f"e{i}", "y0" if i % 2 else None), FEEDBACK, i + 0.5)
+    processor.on_context(context("e5"), CONTEXTS, 6.0)
+    before = processor.store.learners[LID].learner.to_state()
+    learner = processor.store.learners[LID].learner
+
+    def half_learn(pending, fields):  # mutates, then fails
+        learner.n += 100
+        raise ValueError("boom")
+
+    monkeypatch.setattr(learner, "learn", half_learn)
+    emitted = processor.on_feedback(feedback("e5"), FEEDBACK, 7.0)
+    assert reasons(emitted) == ["learner_error"] and "boom" in emitted.dead_letters[0].detail
+    assert processor.store.learners[LID].learner.to_state() == before
+    assert processor.store.learners[LID].learner is not learner
+    assert processor.store.decisions[f"{LID}/e5"].open  # and the feedback may come again
+    assert processor.on_feedback(feedback("e5"), FEEDBACK, 8.0).dead_letters == []
+    assert sps_n(processor) == 6
+
+
+def test_changes_hold_the_latest_value_of_each_key_once(processor: Processor) -> None:
+    processor.store.changes()
+    for i in range(20):
+        processor.on_context(context(f"e{i}"), CONTEXTS, float(i))
+        processor.on_feedback(feedback(f"e{i}"), FEEDBACK, i + 0.5)
+    processor.on_context(context("open"), CONTEXTS, 30.0)
+    changes = processor.store.changes()
+    keys = [key for key, _ in changes.puts]
+    assert len(keys) == len(set(keys)) == 22  # one learner, 21 decisions
+    values = dict(changes.puts)
+    assert values[f"l/{LID}"]["state"]["n"] == 20  # the learner once, as of now
+    settled = values[f"d/{LID}/e3"]
+    assert settled["settled_by"] == "feedback" and settled["pending"] is None  # never open
+    assert values[f"d/{LID}/open"]["pending"] is not None
+    assert not processor.store.changes()  # nothing since
+    tick(processor, 1000.0)  # the open one times out, the settled ones are purged
+    changes = processor.store.changes()
+    assert len(changes.deletes) == 20
+    assert sorted(k for k, _ in changes.puts) == [f"d/{LID}/open", f"l/{LID}"]
 
 
 def test_contexts_of_a_learner_created_later_are_held_and_released() -> None:
-    p = Processor({}, {}, unknown_learner_grace_s=3.0)
+    p = Processor(unknown_learner_grace_s=3.0)
     assert p.on_context(context("e1"), CONTEXTS, 0.0).decisions == []
     p.on_feedback(feedback("e1"), FEEDBACK, 0.1)
     released = p.on_config(LID, config(), CONFIGS, 0.5)
@@ -142,13 +217,13 @@ def test_contexts_of_a_learner_created_later_are_held_and_released() -> None:
 
 
 def test_contexts_of_a_learner_that_never_comes_are_dead_lettered() -> None:
-    p = Processor({}, {}, unknown_learner_grace_s=3.0)
+    p = Processor(unknown_learner_grace_s=3.0)
     p.on_context(context("e1"), CONTEXTS, 0.0)
     p.on_feedback(feedback("e1"), FEEDBACK, 0.1)
-    emitted = p.on_tick(0, 3.5)
+    emitted = tick(p, 3.5)
     assert reasons(emitted) == ["unknown_learner", "unknown_learner"]
     assert "produce a LearnerConfig" in emitted.dead_letters[0].detail
-    assert p.pending == {}
+    assert p.store.holds == {} and p.store.decisions == {}
 
 
 @pytest.mark.parametrize(
@@ -199,23 +274,23 @@ def test_contexts_of_a_learner_that_never_comes_are_dead_lettered() -> None:
 def test_bad_contexts_are_dead_lettered_with_a_reason(
     processor: Processor, raw: bytes, reason: str | None, detail: str | None
 ) -> None:
-    before = copy.deepcopy(processor.learners)
+    before = processor.store.value(f"l/{LID}")
     emitted = processor.on_context(raw, Source("contexts", 0, 42), 1.0)
     assert emitted.decisions == []
     if reason is None:  # unknown learner: held first (its config may still come)
         assert emitted.dead_letters == []
-        assert reasons(processor.on_tick(0, 100.0)) == ["unknown_learner"]
+        assert reasons(tick(processor, 100.0)) == ["unknown_learner"]
     else:
         (dead,) = emitted.dead_letters
         assert dead.reason == reason and detail in dead.detail
         assert (dead.source_topic, dead.partition, dead.offset) == ("contexts", 0, 42)
         assert dead.raw == raw.decode()
-    assert processor.learners == before  # state untouched
+    assert processor.store.value(f"l/{LID}") == before  # state untouched
     assert processor.on_context(context("ok"), CONTEXTS, 2.0).decisions  # and still working
 
 
 def test_oversize_payloads_are_rejected_by_configurable_limits() -> None:
-    p = Processor({}, {}, limits=Limits(max_event_bytes=200, max_labels=3))
+    p = Processor(limits=Limits(max_event_bytes=200, max_labels=3))
     p.on_config(LID, config(), CONFIGS, 0.0)
     assert reasons(p.on_context(context("e1", [0.1] * 50), CONTEXTS, 1.0)) == ["oversize"]
     assert reasons(p.on_context(context("e2", [0.1] * 4), CONTEXTS, 1.0)) == ["oversize"]
@@ -223,7 +298,7 @@ def test_oversize_payloads_are_rejected_by_configurable_limits() -> None:
 
 
 def test_misrouted_records_are_dead_lettered() -> None:
-    p = Processor({}, {}, expected_partition=lambda key: 2)
+    p = Processor(expected_partition=lambda key: 2)
     p.on_config(LID, config(), Source("learners", 2), 0.0)
     emitted = p.on_context(context("e1"), Source("contexts", 1), 1.0)
     assert reasons(emitted) == ["misrouted"] and "murmur2" in emitted.dead_letters[0].detail
@@ -235,7 +310,7 @@ def test_invalid_config_is_dead_lettered_and_keeps_the_old_learner(processor: Pr
     assert reasons(bad) == ["invalid_config"] and "target coverage" in bad.dead_letters[0].detail
     unknown = processor.on_config(LID, config(algorithm="magic"), CONFIGS, 1.0)
     assert "known: sps" in unknown.dead_letters[0].detail
-    assert processor.learners[LID]["version"] == 1
+    assert processor.store.learners[LID].version == 1
 
 
 def test_reconfiguring_starts_afresh_and_stale_feedback_is_dead_lettered(
@@ -243,9 +318,9 @@ def test_reconfiguring_starts_afresh_and_stale_feedback_is_dead_lettered(
 ) -> None:
     processor.on_context(context("e1"), CONTEXTS, 1.0)
     processor.on_config(LID, config(feedback_timeout_s=20.0), CONFIGS, 1.5)
-    assert processor.learners[LID]["version"] == 1  # only a timeout changed
+    assert processor.store.learners[LID].version == 1  # only a timeout changed
     processor.on_config(LID, config(params={"alpha": 0.7, "horizon": 200}), CONFIGS, 2.0)
-    assert processor.learners[LID]["version"] == 2
+    assert processor.store.learners[LID].version == 2
     assert reasons(processor.on_feedback(feedback("e1"), FEEDBACK, 3.0)) == ["stale_version"]
     assert sps_n(processor) == 0
 
@@ -253,69 +328,10 @@ def test_reconfiguring_starts_afresh_and_stale_feedback_is_dead_lettered(
 def test_tombstone_deletes_the_learner_and_its_decisions(processor: Processor) -> None:
     processor.on_context(context("e1"), CONTEXTS, 1.0)
     processor.on_config(LID, None, CONFIGS, 1.0)
-    assert LID not in processor.learners and processor.pending == {}
+    assert LID not in processor.store.learners and processor.store.decisions == {}
     processor.on_config(LID, config(), CONFIGS, 2.0)  # re-created: version 1 again
     assert reasons(processor.on_feedback(feedback("e1"), FEEDBACK, 3.0)) == []  # held, not applied
     assert sps_n(processor) == 0
-
-
-def crash_between_writes(p: Processor, store: str, event, *args) -> None:
-    """Run ``event`` but lose its last write to ``store``, as a kill -9 would."""
-    snapshot = {"learners": copy.deepcopy(p.learners), "pending": copy.deepcopy(p.pending)}
-    event(*args)
-    # Keep the first store's writes, roll the other back: the second write never happened.
-    setattr(p, store, snapshot[store])
-    p.forget_cache()
-
-
-def test_crash_after_learner_write_before_pending_write_on_context(processor: Processor) -> None:
-    first = processor.on_context(context("e1"), CONTEXTS, 1.0).decisions[0]
-    processor.pending.clear()  # the pending write was lost
-    processor.forget_cache()
-    processor.on_feedback(feedback("e0"), FEEDBACK, 1.5)  # re-delivery interleaves differently
-    again = processor.on_context(context("e1"), CONTEXTS, 2.0).decisions[0]
-    assert again.redelivered and again.output == first.output  # restored, not re-decided
-    assert processor.pending[f"{LID}/e1"]["seq"] == 0
-    processor.on_context(context("e2"), CONTEXTS, 3.0)
-    assert processor.pending[f"{LID}/e2"]["seq"] == 1  # no sequence number reused
-    processor.on_feedback(feedback("e1"), FEEDBACK, 4.0)
-    assert sps_n(processor) == 1
-
-
-def test_a_context_is_never_decided_twice() -> None:
-    """Deferral reserves budget when deciding: a restored decision must not reserve again."""
-    p = Processor({}, {})
-    p.on_config("d", encode({"learner_id": "d", "family": "deferral", "algorithm": "ucb",
-                             "params": {"dim": 2, "budget": 5.0, "horizon": 100, "warmup": 50}}),
-                CONFIGS, 0.0)
-    for i in range(50):  # warm-up defers at random (seeded by event id): find a deferral
-        body = encode({"learner_id": "d", "event_id": f"e{i}", "features": [0.6, 0.8]})
-        first = p.on_context(body, CONTEXTS, float(i)).decisions[0]
-        if first.output["defer"]:
-            break
-    reserved = p.learners["d"]["state"]["reserved"]
-    assert first.output["defer"] and reserved > 0
-    del p.pending[f"d/{first.event_id}"]  # its pending write was lost
-    p.forget_cache()
-    assert p.on_context(body, CONTEXTS, 60.0).decisions[0].output == first.output
-    assert p.learners["d"]["state"]["reserved"] == reserved  # not reserved twice
-
-
-def test_crash_after_learner_write_before_pending_write_on_feedback(processor: Processor) -> None:
-    processor.on_context(context("e1"), CONTEXTS, 1.0)
-    crash_between_writes(processor, "pending", processor.on_feedback, feedback("e1"), FEEDBACK, 2.0)
-    assert processor.pending[f"{LID}/e1"]["status"] == "open"  # pending write lost
-    assert sps_n(processor) == 1
-    processor.on_feedback(feedback("e1"), FEEDBACK, 3.0)  # Kafka re-delivers it
-    assert sps_n(processor) == 1  # not applied twice
-    assert processor.pending[f"{LID}/e1"]["status"] == "settled"  # and repaired
-
-
-def test_crash_after_learner_write_before_pending_write_on_timeout(processor: Processor) -> None:
-    processor.on_context(context("e1"), CONTEXTS, 1.0)
-    crash_between_writes(processor, "pending", processor.on_tick, 0, 20.0)
-    processor.on_tick(0, 21.0)
-    assert sps_n(processor) == 1
 
 
 def test_same_events_give_the_same_decisions_and_state() -> None:
@@ -328,20 +344,20 @@ def test_same_events_give_the_same_decisions_and_state() -> None:
             events.append(("f", feedback(f"e{i - 3}", "y0" if rng.random() < 0.97 else None)))
     runs = []
     for _ in range(2):
-        p = Processor({}, {})
+        p = Processor()
         p.on_config(LID, config(), CONFIGS, 0.0)
         decisions = []
         for t, (kind, raw) in enumerate(events):
             handler = p.on_context if kind == "c" else p.on_feedback
             decisions += [d.output for d in handler(raw, Source(kind), float(t)).decisions]
-        runs.append((decisions, p.learners[LID]["state"]))
+        runs.append((decisions, p.store.learners[LID].learner.to_state()))
     assert runs[0] == runs[1]
     assert runs[0][1]["tau"] is not None  # the run left burn-in
 
 
 def test_multi_part_feedback_reaches_the_learner_with_its_part() -> None:
     """Deferral in full mode: the model part, then the human part, each applied once."""
-    p = Processor({}, {})
+    p = Processor()
     p.on_config("d", encode({"learner_id": "d", "family": "deferral", "algorithm": "ucb",
                              "params": {"dim": 2, "budget": 5.0, "horizon": 100, "warmup": 20}}),
                  CONFIGS, 0.0)
@@ -356,12 +372,12 @@ def test_multi_part_feedback_reaches_the_learner_with_its_part() -> None:
     human = encode({"learner_id": "d", "event_id": eid, "part": "human", "human_reward": 0.9,
                     "human_cost": 0.5})
     assert p.on_feedback(model, FEEDBACK, 40.0).dead_letters == []
-    assert p.pending[f"d/{eid}"]["status"] == "open"  # still waiting for the human
+    assert p.store.decisions[f"d/{eid}"].open  # still waiting for the human
     assert p.on_feedback(model, FEEDBACK, 41.0).dead_letters == []  # duplicate: ignored
     assert p.on_feedback(human, FEEDBACK, 42.0).dead_letters == []
-    assert p.pending[f"d/{eid}"]["status"] == "settled"
-    assert p.pending[f"d/{eid}"]["parts"] == ["model", "human"]
-    assert p.learners["d"]["stats"]["feedback"] == 1
+    assert p.store.decisions[f"d/{eid}"].settled_by is Settled.FEEDBACK
+    assert p.store.decisions[f"d/{eid}"].parts == ["model", "human"]
+    assert p.store.learners["d"].stats["feedback"] == 1
 
 
 def test_deferral_regret_against_opt_from_truth() -> None:
@@ -370,7 +386,7 @@ def test_deferral_regret_against_opt_from_truth() -> None:
     from processors import stats as learner_stats
 
     rng = np.random.default_rng(4)
-    p = Processor({}, {})
+    p = Processor()
     p.on_config("d", encode({"learner_id": "d", "family": "deferral", "algorithm": "ucb",
                              "params": {"dim": 2, "budget": 20.0, "horizon": 400,
                                         "warmup": 400}}), CONFIGS, 0.0)
@@ -383,8 +399,8 @@ def test_deferral_regret_against_opt_from_truth() -> None:
         truth = {"learner_id": "d", "event_id": f"e{i}", "model_reward": model,
                  "human_reward": human, "human_cost": cost}
         assert p.on_truth(encode(truth), Source("truth"), float(i)).dead_letters == []
-    entry = p.learners["d"]
-    values = learner_stats.gauges("deferral", entry["stats"], {"budget": 20.0, "horizon": 400})
+    entry = p.store.learners["d"]
+    values = learner_stats.gauges("deferral", entry.stats, {"budget": 20.0, "horizon": 400})
     model, human, cost, deferred = (np.array(c) for c in zip(*rows, strict=True))
     exact = fractional_knapsack_opt(model, human, cost, 20.0).value
     reward = float(np.where(deferred, human, model).sum())

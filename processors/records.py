@@ -1,0 +1,161 @@
+"""Typed records of a partition's state, and their JSON form in the state log.
+
+- :class:`LearnerEntry` - one per learner id: its config, version, statistics and the live
+  learner object (serialised with ``to_state`` only when the state log is written);
+- :class:`DecisionRecord` - one per decided context, open until its feedback is complete,
+  then settled (kept ``retention_s`` to re-emit the decision of a re-delivered context and
+  to recognise duplicate feedback);
+- :class:`Hold` - a record waiting for something else to arrive: feedback whose decision has
+  not been made yet (``kind = "early"``) or a context of a learner whose config has not been
+  processed yet (``kind = "awaiting_learner"``, with any feedback already held for it).
+
+Times named ``deadline`` and ``settled_at`` are **stream time** (see :mod:`processors.engine`);
+``decided_at`` is the worker's wall clock, published with the decision.
+
+>>> record = DecisionRecord(1, 10.0, None, 40.0, {"labels": ["a"]}, {"scores": [0.5]})
+>>> DecisionRecord.from_json(record.to_json()) == record
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from learners.base import JSON, Learner
+from learners.registry import learner_class
+
+
+class Settled(StrEnum):
+    """Why a decision stopped waiting for feedback."""
+
+    FEEDBACK = "feedback"
+    TIMEOUT = "timeout"
+    STALE_VERSION = "stale_version"
+
+
+class HoldKind(StrEnum):
+    EARLY = "early"  # feedback waiting for its decision
+    AWAITING_LEARNER = "awaiting_learner"  # a context waiting for its learner's config
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where a record came from (for dead letters, routing checks and latency)."""
+
+    topic: str
+    partition: int = 0
+    offset: int | None = None
+    timestamp: float | None = None
+
+
+@dataclass(slots=True)
+class LearnerEntry:
+    """A learner id's config, version and statistics, with its live learner.
+
+    ``checkpoint`` is the learner's serialised state at the last checkpoint and ``redo`` the
+    learner calls since: after a failed call the learner is rebuilt from both (learners are
+    deterministic), so an event that raised changes nothing.
+    """
+
+    config: JSON
+    version: int
+    stats: dict[str, float]
+    learner: Learner
+    checkpoint: JSON = field(default_factory=dict)
+    redo: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.checkpoint:
+            self.mark_checkpoint(self.learner.to_state())
+
+    def mark_checkpoint(self, state: JSON) -> None:
+        self.checkpoint = state
+        self.redo.clear()
+
+    def to_json(self) -> JSON:
+        state = self.learner.to_state()
+        self.mark_checkpoint(state)
+        return {
+            "config": self.config,
+            "version": self.version,
+            "stats": self.stats,
+            "state": state,
+        }
+
+    @classmethod
+    def from_json(cls, data: JSON) -> LearnerEntry:
+        config = data["config"]
+        cls_ = learner_class(config["family"], config["algorithm"])
+        learner = cls_.from_state(config["params"], data["state"])
+        return cls(config, data["version"], dict(data["stats"]), learner, data["state"])
+
+
+@dataclass(slots=True)
+class DecisionRecord:
+    """One decision: what was published and what learning needs when feedback comes."""
+
+    version: int
+    decided_at: float
+    context_ts: float | None
+    deadline: float
+    output: JSON
+    pending: JSON | None
+    parts: list[str] = field(default_factory=list)
+    settled_by: Settled | None = None
+    settled_at: float | None = None
+    truth: bool = False
+
+    @property
+    def open(self) -> bool:
+        return self.settled_by is None
+
+    def to_json(self) -> JSON:
+        return {name: getattr(self, name) for name in self.__slots__}  # type: ignore[attr-defined]
+
+    @classmethod
+    def from_json(cls, data: JSON) -> DecisionRecord:
+        record = cls(**data)
+        if record.settled_by is not None:
+            record.settled_by = Settled(record.settled_by)
+        return record
+
+
+@dataclass(slots=True)
+class Held:
+    """A raw record kept for later, with where it came from."""
+
+    raw: str
+    source: Source
+    part: str = ""  # feedback only: which part of a multi-part feedback
+
+
+@dataclass(slots=True)
+class Hold:
+    """Feedback waiting for its decision, or a context waiting for its learner."""
+
+    kind: HoldKind
+    deadline: float
+    feedback: list[Held] = field(default_factory=list)
+    context: Held | None = None
+
+    def to_json(self) -> JSON:
+        return {
+            "kind": self.kind.value,
+            "deadline": self.deadline,
+            "feedback": [asdict(item) for item in self.feedback],
+            "context": None if self.context is None else asdict(self.context),
+        }
+
+    @classmethod
+    def from_json(cls, data: JSON) -> Hold:
+        def held(item: JSON) -> Held:
+            return Held(item["raw"], Source(**item["source"]), item.get("part", ""))
+
+        return cls(
+            HoldKind(data["kind"]),
+            data["deadline"],
+            [held(item) for item in data["feedback"]],
+            None if data["context"] is None else held(data["context"]),
+        )

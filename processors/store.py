@@ -1,0 +1,227 @@
+"""The in-memory state of one partition, its deadline index and its change capture.
+
+A :class:`PartitionStore` holds the partition's learner entries, decision records and holds.
+The processor changes them in place and marks what it changed; :meth:`PartitionStore.changes`
+hands the latest value of every changed key to the state log once per commit (Kafka
+Streams' record cache), so a learner touched by a thousand events is written once, and a
+decision opened and settled between two commits is written once, settled.
+
+Deadlines are indexed in one heap per kind, judged against the stream clock that kind
+waits on (see :class:`processors.engine.StreamTimes`): a tick costs what expires plus
+O(log n) per expiry, not a scan of what is pending. Heap entries are not removed when a
+record changes; a popped entry counts only if the record still has that deadline.
+
+>>> store = PartitionStore()
+>>> store.put_decision("shop/e1", DecisionRecord(1, 0.0, None, 30.0, {}, {}))
+>>> [key for key, _ in store.due_decisions(29.0)], store.open_decisions
+([], 1)
+>>> [key for key, _ in store.due_decisions(30.0)]
+['shop/e1']
+>>> [key for key, value in store.changes().puts]
+['d/shop/e1']
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from learners.base import JSON
+from processors.records import DecisionRecord, Hold, HoldKind, LearnerEntry, Settled
+
+# Key prefixes of the three record types in the state log.
+LEARNER, DECISION, HOLD = "l/", "d/", "h/"
+
+
+def decision_key(learner_id: str, event_id: str) -> str:
+    return f"{learner_id}/{event_id}"
+
+
+@dataclass
+class Changes:
+    """The latest value of every key changed since the last call (``None``: deleted)."""
+
+    puts: list[tuple[str, JSON]] = field(default_factory=list)
+    deletes: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.puts or self.deletes)
+
+
+class PartitionStore:
+    """Learner entries, decision records and holds of one partition."""
+
+    def __init__(self, *, track_changes: bool = True) -> None:
+        self.learners: dict[str, LearnerEntry] = {}
+        self.decisions: dict[str, DecisionRecord] = {}
+        self.holds: dict[str, Hold] = {}
+        self.open_decisions = 0
+        self.track_changes = track_changes
+        self._changed: dict[str, None] = {}  # an ordered set of state-log keys
+        self._feedback_deadlines: list[tuple[float, str]] = []
+        self._purge_times: list[tuple[float, str]] = []
+        self._hold_deadlines: dict[HoldKind, list[tuple[float, str]]] = {
+            kind: [] for kind in HoldKind
+        }
+
+    def _mark(self, key: str) -> None:
+        if self.track_changes:
+            self._changed[key] = None
+
+    # ------------------------------------------------------------------ learners
+    def put_learner(self, learner_id: str, entry: LearnerEntry) -> None:
+        self.learners[learner_id] = entry
+        self._mark(LEARNER + learner_id)
+
+    def touch_learner(self, learner_id: str) -> None:
+        self._mark(LEARNER + learner_id)
+
+    def drop_learner(self, learner_id: str) -> None:
+        """Delete a learner with its decisions and holds (a config tombstone)."""
+        if self.learners.pop(learner_id, None) is None:
+            return
+        self._mark(LEARNER + learner_id)
+        prefix = learner_id + "/"
+        for key in [k for k in self.decisions if k.startswith(prefix)]:
+            self.drop_decision(key)
+        for key in [k for k in self.holds if k.startswith(prefix)]:
+            self.drop_hold(key)
+
+    # ------------------------------------------------------------------ decisions
+    def put_decision(self, key: str, record: DecisionRecord) -> None:
+        """A new decision record (open), indexed by its feedback deadline."""
+        self.decisions[key] = record
+        self.open_decisions += 1
+        heapq.heappush(self._feedback_deadlines, (record.deadline, key))
+        self._mark(DECISION + key)
+
+    def touch_decision(self, key: str) -> None:
+        self._mark(DECISION + key)
+
+    def settle(
+        self, key: str, record: DecisionRecord, by: Settled, now: float, retention_s: float
+    ) -> None:
+        """Close ``record``: drop what learning needed, keep it ``retention_s`` for dedupe."""
+        if record.open:
+            self.open_decisions -= 1
+        record.settled_by = by
+        record.settled_at = now
+        record.pending = None
+        heapq.heappush(self._purge_times, (now + retention_s, key))
+        self._mark(DECISION + key)
+
+    def drop_decision(self, key: str) -> None:
+        record = self.decisions.pop(key, None)
+        if record is not None:
+            if record.open:
+                self.open_decisions -= 1
+            self._mark(DECISION + key)
+
+    # ------------------------------------------------------------------ holds
+    def put_hold(self, key: str, hold: Hold) -> None:
+        self.holds[key] = hold
+        heapq.heappush(self._hold_deadlines[hold.kind], (hold.deadline, key))
+        self._mark(HOLD + key)
+
+    def touch_hold(self, key: str) -> None:
+        self._mark(HOLD + key)
+
+    def drop_hold(self, key: str) -> Hold | None:
+        hold = self.holds.pop(key, None)
+        if hold is not None:
+            self._mark(HOLD + key)
+        return hold
+
+    # ------------------------------------------------------------------ deadlines
+    def due_decisions(self, time: float) -> Iterator[tuple[str, DecisionRecord]]:
+        """Open decisions whose feedback deadline is at or before ``time`` (stream time)."""
+        heap = self._feedback_deadlines
+        while heap and heap[0][0] <= time:
+            deadline, key = heapq.heappop(heap)
+            record = self.decisions.get(key)
+            if record is not None and record.open and record.deadline == deadline:
+                yield key, record
+
+    def due_holds(self, kind: HoldKind, time: float) -> Iterator[tuple[str, Hold]]:
+        heap = self._hold_deadlines[kind]
+        while heap and heap[0][0] <= time:
+            deadline, key = heapq.heappop(heap)
+            hold = self.holds.get(key)
+            if hold is not None and hold.kind is kind and hold.deadline == deadline:
+                yield key, hold
+
+    def due_purges(self, time: float) -> Iterator[str]:
+        """Settled decisions whose retention ended at or before ``time``."""
+        heap = self._purge_times
+        while heap and heap[0][0] <= time:
+            _, key = heapq.heappop(heap)
+            record = self.decisions.get(key)
+            if record is not None and not record.open:
+                yield key
+
+    # ------------------------------------------------------------------ state log
+    def changes(self) -> Changes:
+        """The latest value of each key changed since the last call, then forget them."""
+        changes = Changes()
+        for key in self._changed:
+            value = self.value(key)
+            if value is None:
+                changes.deletes.append(key)
+            else:
+                changes.puts.append((key, value))
+        self._changed.clear()
+        return changes
+
+    def changed(self, key: str) -> bool:
+        return key in self._changed
+
+    def keys(self) -> list[str]:
+        """Every state-log key of this partition (for a snapshot)."""
+        return [
+            *(LEARNER + k for k in self.learners),
+            *(DECISION + k for k in self.decisions),
+            *(HOLD + k for k in self.holds),
+        ]
+
+    def value(self, key: str) -> JSON | None:
+        """The JSON value of a state-log key, ``None`` when it does not exist."""
+        kind, name = key[:2], key[2:]
+        if kind == LEARNER:
+            entry = self.learners.get(name)
+            return None if entry is None else entry.to_json()
+        if kind == DECISION:
+            record = self.decisions.get(name)
+            return None if record is None else record.to_json()
+        hold = self.holds.get(name)
+        return None if hold is None else hold.to_json()
+
+    @classmethod
+    def load(
+        cls, values: Iterable[tuple[str, JSON]], retention_s: float, *, track_changes: bool = True
+    ) -> PartitionStore:
+        """A store holding ``values`` (from the state log), with its deadline index rebuilt."""
+        store = cls(track_changes=track_changes)
+        for key, value in values:
+            kind, name = key[:2], key[2:]
+            if kind == LEARNER:
+                store.learners[name] = LearnerEntry.from_json(value)
+            elif kind == DECISION:
+                record = DecisionRecord.from_json(value)
+                store.decisions[name] = record
+                if record.open:
+                    store.open_decisions += 1
+                    store._feedback_deadlines.append((record.deadline, name))
+                else:
+                    store._purge_times.append((record.settled_at + retention_s, name))
+            elif kind == HOLD:
+                hold = Hold.from_json(value)
+                store.holds[name] = hold
+                store._hold_deadlines[hold.kind].append((hold.deadline, name))
+            else:
+                raise ValueError(f"unknown state key {key!r}")
+        for heap in (
+            store._feedback_deadlines, store._purge_times, *store._hold_deadlines.values()
+        ):
+            heapq.heapify(heap)
+        return store

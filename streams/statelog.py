@@ -1,0 +1,403 @@
+"""The worker's state log: each partition's state changes, written once per commit.
+
+Topic ``<app_id>.state`` has one partition per input partition. A **commit** of partition p
+is one record (a few when large, see ``PART_BYTES``) holding, zlib-compressed JSON:
+
+- ``puts`` / ``deletes``: the latest value of every key the partition changed since the last
+  commit (learner entries ``l/<id>``, decisions ``d/<id>/<event>``, holds ``h/<id>/<event>``);
+- ``marks``: the next offset of each input stream after the events the commit covers, and
+  ``clock``: how far each stream had advanced in event time;
+- ``outbox``: the decisions the commit's events produced, exactly as published.
+
+State and input offsets are in one record, so a crash loses a whole commit or nothing: a
+restarted worker resumes each input stream at the marks of the last commit, and no event is
+applied twice or lost, without Kafka transactions. Decisions are published only once their
+commit is acknowledged; the outbox of the last commit is published again on recovery, as it
+may not have gone out (a decision is then seen twice, identical).
+
+**Bounded recovery.** The broker may never compact (the embedded one does not), so the log is
+read from a snapshot, not from its beginning. A snapshot is *fuzzy*: once the bytes written
+since the last one outgrow it, commits also carry slices of every key that existed when the
+snapshot began, until all are written. As every value in the log is a whole value (never a
+diff), replaying the log in order from the snapshot's first record rebuilds the state, whatever
+the commits in between changed. Each record's key names the latest complete snapshot, so a
+recovery reads the last record, seeks to that snapshot and reads to the end: O(state + what
+changed since), not O(history).
+
+**Ownership.** A worker that takes over a partition writes a *claim* with a new epoch; records of
+older epochs that come after it in the log (a zombie's late commit) are ignored by every reader.
+A writer knows where its records must land (it is the only writer while it owns the partition);
+a record acknowledged at another offset means someone else wrote, and the writer stops using
+the partition until it has read the log again (``PartitionLog.acked``).
+
+**Tansu.** ListOffsets on the embedded broker answers the last *batch*'s base offset + 1 rather
+than the last record's offset + 1 (tests/integration/test_statelog_broker.py names this). The
+reader never needs that number to be exact: any record of the last batch names a complete
+snapshot, and reading ends at the Fetch high watermark, which is right.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import OffsetOutOfRangeError
+
+from learners.base import JSON
+from processors.store import Changes, PartitionStore
+
+FORMAT_VERSION = 1
+# Compressed bytes per record: well below the usual 1 MB limits of brokers and producers.
+PART_BYTES = 512 * 1024
+# A snapshot starts when the log since the last one is this many times the last one's size
+# (recovery then reads at most about that much more than the state) ...
+SNAPSHOT_RATIO = 2.0
+# ... but not before this many bytes (small states: a snapshot per commit would be wasteful),
+SNAPSHOT_MIN_BYTES = 1 << 20
+# and at least this often while anything is written, so that a broker's retention (7 days
+# on the topic banditflow creates) never removes the snapshot a recovery needs.
+SNAPSHOT_MAX_AGE_S = 3600.0
+# Keys of a snapshot written per commit (a slice), so that no commit stalls the worker.
+SNAPSHOT_SLICE_KEYS = 2000
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+
+
+@dataclass
+class Commit:
+    """One commit of a partition's state, as written to and read from the state log."""
+
+    epoch: int
+    seq: int
+    marks: dict[str, int]
+    clock: dict[str, float]
+    puts: list[tuple[str, JSON]] = field(default_factory=list)
+    deletes: list[str] = field(default_factory=list)
+    outbox: list[str] = field(default_factory=list)
+    claim: bool = False
+    # Set on the commit that completes a snapshot: where it starts and how large it was.
+    snapshot: dict[str, int] | None = None
+
+    def body(self) -> JSON:
+        return {
+            "epoch": self.epoch,
+            "seq": self.seq,
+            "marks": self.marks,
+            "clock": self.clock,
+            "puts": self.puts,
+            "deletes": self.deletes,
+            "outbox": self.outbox,
+            "claim": self.claim,
+            "snapshot": self.snapshot,
+        }
+
+    @classmethod
+    def from_body(cls, body: JSON) -> Commit:
+        return cls(
+            body["epoch"],
+            body["seq"],
+            body["marks"],
+            body["clock"],
+            [(key, value) for key, value in body["puts"]],
+            body["deletes"],
+            body["outbox"],
+            body["claim"],
+            body["snapshot"],
+        )
+
+
+@dataclass(frozen=True)
+class Header:
+    """The record key: which commit a record belongs to, and the latest complete snapshot."""
+
+    epoch: int
+    seq: int
+    part: int
+    parts: int
+    snapshot_at: int | None
+
+    def encode(self) -> bytes:
+        return _dumps(
+            {"v": FORMAT_VERSION, "e": self.epoch, "s": self.seq, "p": self.part,
+             "n": self.parts, "snap": self.snapshot_at}
+        )
+
+    @classmethod
+    def decode(cls, key: bytes) -> Header:
+        raw = json.loads(key)
+        if raw.get("v") != FORMAT_VERSION:
+            raise StateLogError(f"state log record of format {raw.get('v')!r}, expected "
+                                f"{FORMAT_VERSION}: written by another banditflow version?")
+        return cls(raw["e"], raw["s"], raw["p"], raw["n"], raw["snap"])
+
+
+class StateLogError(RuntimeError):
+    """A state log that cannot be read back (the message says why and what to do)."""
+
+
+def encode(commit: Commit, snapshot_at: int | None) -> list[tuple[bytes, bytes]]:
+    """The records (key, value) of one commit, in order."""
+    payload = zlib.compress(_dumps(commit.body()), 1)
+    chunks = [payload[i : i + PART_BYTES] for i in range(0, len(payload), PART_BYTES)]
+    return [
+        (Header(commit.epoch, commit.seq, i, len(chunks), snapshot_at).encode(), chunk)
+        for i, chunk in enumerate(chunks)
+    ]
+
+
+def decode(payload: bytes) -> Commit:
+    return Commit.from_body(json.loads(zlib.decompress(payload)))
+
+
+class LogReader:
+    """Rebuilds a partition's state by reading its state log in offset order (``feed``)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, JSON] = {}
+        self.epoch = -1
+        self.last: Commit | None = None  # the last complete commit
+        self.snapshot: dict[str, int] | None = None  # the last complete snapshot read
+        self.end_offset = 0  # the offset after the last record read
+        self.bytes_read = 0
+        self.commits = 0
+        self._parts: list[bytes] = []
+        self._header: Header | None = None
+
+    def feed(self, offset: int, key: bytes, value: bytes) -> Commit | None:
+        """Read one record; returns the commit it completes, if any."""
+        self.end_offset = offset + 1
+        self.bytes_read += len(value)
+        header = Header.decode(key)
+        if header.epoch < self.epoch:
+            return None  # written by a former owner after the partition was claimed
+        current = self._header
+        if header.part == 0:
+            self._parts, self._header = [value], header
+        elif (
+            current is not None
+            and (header.epoch, header.seq) == (current.epoch, current.seq)
+            and header.part == len(self._parts)
+        ):
+            self._parts.append(value)
+        else:  # the rest of a commit whose first part is not here (an interrupted write)
+            self._parts, self._header = [], None
+            return None
+        if len(self._parts) < header.parts:
+            return None
+        commit = decode(b"".join(self._parts))
+        self._parts, self._header = [], None
+        self._apply(commit)
+        return commit
+
+    def _apply(self, commit: Commit) -> None:
+        self.epoch = max(self.epoch, commit.epoch)
+        values = self.values
+        for key, value in commit.puts:
+            values[key] = value
+        for key in commit.deletes:
+            values.pop(key, None)
+        if commit.snapshot is not None:
+            self.snapshot = commit.snapshot
+        self.last = commit
+        self.commits += 1
+
+
+@dataclass
+class _Dump:
+    """A snapshot being written: the keys that existed when it began, and how far it got."""
+
+    start_offset: int
+    start_bytes: int
+    keys: list[str]
+    index: int = 0
+
+
+class PartitionLog:
+    """The writing side of one partition's state log: commits, snapshots, claims, fencing."""
+
+    def __init__(self, partition: int, reader: LogReader) -> None:
+        self.partition = partition
+        counter = (reader.epoch >> 32) + 1 if reader.epoch >= 0 else 0
+        # Unique per owner: two workers claiming at once never share an epoch.
+        self.epoch = (counter << 32) | random.getrandbits(32)
+        self.seq = 0
+        self.next_offset = reader.end_offset  # where our next record must land
+        self.snapshot_at = None if reader.snapshot is None else reader.snapshot["start"]
+        self.snapshot_bytes = 0 if reader.snapshot is None else reader.snapshot["bytes"]
+        # Bytes of the log since the snapshot (all of it without one): what a recovery reads.
+        self.log_bytes = reader.bytes_read
+        self.snapshot_start_bytes = 0
+        self.snapshot_started = time.monotonic()
+        self._dump: _Dump | None = None
+        self._inflight: tuple[int, int, dict[str, int] | None] | None = None
+
+    def claim(self, marks: dict[str, int], clock: dict[str, float]) -> list[tuple[bytes, bytes]]:
+        """The first record of a new owner: fences every older epoch."""
+        return self._records(Commit(self.epoch, self.seq, marks, clock, claim=True), None)
+
+    def commit(
+        self,
+        store: PartitionStore,
+        changes: Changes,
+        marks: dict[str, int],
+        clock: dict[str, float],
+        outbox: list[str],
+    ) -> list[tuple[bytes, bytes]]:
+        """The records of the next commit (changes, plus a snapshot slice when one is due)."""
+        puts, completed = list(changes.puts), None
+        dump = self._dump
+        if dump is None and self._snapshot_due():
+            dump = self._dump = _Dump(self.next_offset, self.log_bytes, store.keys())
+        if dump is not None:
+            written = {key for key, _ in puts} | set(changes.deletes)
+            end = min(len(dump.keys), dump.index + SNAPSHOT_SLICE_KEYS)
+            for key in dump.keys[dump.index : end]:
+                if key not in written:
+                    value = store.value(key)
+                    if value is not None:
+                        puts.append((key, value))
+            dump.index = end
+            if end == len(dump.keys):
+                completed = {"start": dump.start_offset, "bytes": self.log_bytes - dump.start_bytes}
+        commit = Commit(
+            self.epoch, self.seq, marks, clock, puts, changes.deletes, outbox,
+            snapshot=completed,
+        )
+        return self._records(commit, completed)
+
+    def _records(
+        self, commit: Commit, completed: dict[str, int] | None
+    ) -> list[tuple[bytes, bytes]]:
+        records = encode(commit, self.snapshot_at)
+        size = sum(len(value) for _, value in records)
+        self._inflight = (len(records), size, completed)
+        return records
+
+    def _snapshot_due(self) -> bool:
+        since = self.log_bytes - self.snapshot_start_bytes
+        if since >= max(SNAPSHOT_MIN_BYTES, SNAPSHOT_RATIO * self.snapshot_bytes):
+            return True
+        return since > 0 and time.monotonic() - self.snapshot_started >= SNAPSHOT_MAX_AGE_S
+
+    def acked(self, offsets: list[int]) -> bool:
+        """Record where the last built records landed. False when they did not land where
+        this owner's records must (someone else wrote to the partition): stop using it."""
+        assert self._inflight is not None, "acked() without records in flight"
+        count, size, completed = self._inflight
+        self._inflight = None
+        if offsets != list(range(self.next_offset, self.next_offset + count)):
+            return False
+        self.next_offset += count
+        self.seq += 1
+        self.log_bytes += size
+        if completed is not None and self._dump is not None:
+            self.snapshot_at = completed["start"]
+            self.snapshot_bytes = completed["bytes"] + size
+            self.snapshot_start_bytes = self._dump.start_bytes
+            self.snapshot_started = time.monotonic()
+            self._dump = None
+        return True
+
+
+async def read_partitions(
+    consumer: AIOKafkaConsumer, topic: str, partitions: list[int], poll_ms: int = 200
+) -> dict[int, LogReader]:
+    """Read each partition's state log from its latest complete snapshot to its end.
+
+    ``consumer`` is a group-less consumer with ``auto_offset_reset="none"``: a snapshot that
+    the broker's retention removed must fail loudly, not silently start later.
+    """
+    tps = [TopicPartition(topic, p) for p in partitions]
+    consumer.assign(tps)
+    readers = {p: LogReader() for p in partitions}
+    if not tps:
+        return readers
+    ends = await consumer.end_offsets(tps)
+    starts: dict[TopicPartition, int | None] = {}
+    tails = []
+    for tp in tps:
+        if ends[tp] > 0:
+            # On Tansu ends[tp] - 1 is the first record of the last batch, elsewhere the last
+            # record: either names a complete snapshot.
+            consumer.seek(tp, ends[tp] - 1)
+            tails.append(tp)
+    while tails:
+        fetched = await consumer.getmany(*tails, timeout_ms=poll_ms, max_records=1)
+        for tp, records in fetched.items():
+            if records and tp in tails:
+                starts[tp] = Header.decode(records[0].key).snapshot_at
+                tails.remove(tp)
+    pending = []
+    for tp in tps:
+        if tp not in starts:
+            continue  # an empty log: a fresh partition
+        start = starts[tp]
+        if start is None:
+            await consumer.seek_to_beginning(tp)
+        else:
+            consumer.seek(tp, start)
+        pending.append(tp)
+    first = {tp: starts[tp] for tp in pending}
+    while pending:
+        try:
+            fetched = await consumer.getmany(*pending, timeout_ms=poll_ms, max_records=10_000)
+        except OffsetOutOfRangeError as exc:
+            raise StateLogError(
+                f"{topic}: a snapshot was removed by the topic's retention ({exc}); delete the "
+                "topic to start afresh"
+            ) from None
+        for tp, records in fetched.items():
+            reader = readers[tp.partition]
+            for record in records:
+                expected = first.pop(tp, None)
+                if expected is not None and record.offset != expected:
+                    raise StateLogError(
+                        f"{topic}[{tp.partition}]: the snapshot at offset {expected} is gone "
+                        f"(the log starts at {record.offset}); the topic's retention removed "
+                        "it. Delete the topic to start this partition afresh."
+                    )
+                reader.feed(record.offset, record.key, record.value)
+        for tp in list(pending):
+            highwater = consumer.highwater(tp)
+            if highwater is not None and await consumer.position(tp) >= highwater:
+                pending.remove(tp)
+    consumer.unsubscribe()
+    return readers
+
+
+async def read_commits(bootstrap: str, topic: str) -> dict[int, list[tuple[int, Commit]]]:
+    """Every complete commit of every partition of a state log, from its beginning, with
+    the offset of its last record (for audits and tests; a recovery reads far less)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        await consumer.topics()  # refreshes the metadata
+        partitions = sorted(consumer.partitions_for_topic(topic) or ())
+        tps = [TopicPartition(topic, p) for p in partitions]
+        consumer.assign(tps)
+        ends = await consumer.end_offsets(tps)
+        await consumer.seek_to_beginning(*tps)
+        readers = {p: LogReader() for p in partitions}
+        commits: dict[int, list[tuple[int, Commit]]] = {p: [] for p in partitions}
+        pending = [tp for tp in tps if ends[tp] > 0]
+        while pending:
+            fetched = await consumer.getmany(*pending, timeout_ms=200, max_records=10_000)
+            for tp, records in fetched.items():
+                for record in records:
+                    commit = readers[tp.partition].feed(record.offset, record.key, record.value)
+                    if commit is not None:
+                        commits[tp.partition].append((record.offset, commit))
+            for tp in list(pending):
+                highwater = consumer.highwater(tp)
+                if highwater is not None and await consumer.position(tp) >= highwater:
+                    pending.remove(tp)
+        return commits
+    finally:
+        await consumer.stop()
