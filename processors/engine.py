@@ -326,7 +326,7 @@ class Processor:
         if entry is None:
             self._hold_context(key, raw, source, now)
             return out
-        record = store.decisions.get(key)
+        record = store.decision(key)
         if record is not None:
             out.decisions.append(self._decision(lid, eid, entry, record, redelivered=True))
             self.sink.processed(source.topic, "deduplicated")
@@ -397,7 +397,7 @@ class Processor:
             family=config["family"],
             algorithm=config["algorithm"],
             learner_version=record.version,
-            output=record.output,
+            output=record.output_value(),
             ts=record.decided_at,
             decided_at=record.decided_at,
             context_ts=record.context_ts,
@@ -421,7 +421,7 @@ class Processor:
         store = self.store
         key = decision_key(lid, eid)
         part = feedback.part or ""
-        record = store.decisions.get(key)
+        record = store.decision(key)
         if record is None:
             if not hold_if_unknown:
                 return dead("unknown_decision", "no decision for this event_id")
@@ -510,7 +510,7 @@ class Processor:
             self._unknown_learner(out, raw, source, now, lid, eid)
             return out
         key = decision_key(lid, eid)
-        record = store.decisions.get(key)
+        record = store.decision(key)
         if record is None or record.version != entry.version:
             self._dead(
                 out,
@@ -530,7 +530,7 @@ class Processor:
         stats.on_truth(
             entry.stats,
             config["family"],
-            record.output,
+            record.output_value(),
             truth.model_dump(exclude=ENVELOPE),
             config["params"],
         )

@@ -26,12 +26,14 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from learners.base import JSON
 from processors.records import DecisionRecord, Hold, HoldKind, LearnerEntry, Settled
 
 # Key prefixes of the three record types in the state log.
 LEARNER, DECISION, HOLD = "l/", "d/", "h/"
+SETTLED_AT = DecisionRecord.__slots__.index("settled_at")  # type: ignore[attr-defined]
 
 
 def decision_key(learner_id: str, event_id: str) -> str:
@@ -54,7 +56,9 @@ class PartitionStore:
 
     def __init__(self, *, track_changes: bool = True) -> None:
         self.learners: dict[str, LearnerEntry] = {}
-        self.decisions: dict[str, DecisionRecord] = {}
+        # Settled decisions read back from the state log stay in their log form (a list)
+        # until something asks for them (see decision()): most are only ever purged.
+        self.decisions: dict[str, DecisionRecord | list[Any]] = {}
         self.holds: dict[str, Hold] = {}
         self.open_decisions = 0
         self.track_changes = track_changes
@@ -89,6 +93,12 @@ class PartitionStore:
             self.drop_hold(key)
 
     # ------------------------------------------------------------------ decisions
+    def decision(self, key: str) -> DecisionRecord | None:
+        record = self.decisions.get(key)
+        if isinstance(record, list):
+            record = self.decisions[key] = DecisionRecord.from_json(record)
+        return record
+
     def put_decision(self, key: str, record: DecisionRecord) -> None:
         """A new decision record (open), indexed by its feedback deadline."""
         self.decisions[key] = record
@@ -114,7 +124,7 @@ class PartitionStore:
     def drop_decision(self, key: str) -> None:
         record = self.decisions.pop(key, None)
         if record is not None:
-            if record.open:
+            if isinstance(record, DecisionRecord) and record.open:
                 self.open_decisions -= 1
             self._mark(DECISION + key)
 
@@ -140,7 +150,7 @@ class PartitionStore:
         while heap and heap[0][0] <= time:
             deadline, key = heapq.heappop(heap)
             record = self.decisions.get(key)
-            if record is not None and record.open and record.deadline == deadline:
+            if isinstance(record, DecisionRecord) and record.open and record.deadline == deadline:
                 yield key, record
 
     def due_holds(self, kind: HoldKind, time: float) -> Iterator[tuple[str, Hold]]:
@@ -157,7 +167,7 @@ class PartitionStore:
         while heap and heap[0][0] <= time:
             _, key = heapq.heappop(heap)
             record = self.decisions.get(key)
-            if record is not None and not record.open:
+            if isinstance(record, list) or (record is not None and not record.open):
                 yield key
 
     # ------------------------------------------------------------------ state log
@@ -176,7 +186,7 @@ class PartitionStore:
     def changed(self, key: str) -> bool:
         return key in self._changed
 
-    def keys(self) -> list[str]:
+    def log_keys(self) -> list[str]:
         """Every state-log key of this partition (for a snapshot)."""
         return [
             *(LEARNER + k for k in self.learners),
@@ -192,7 +202,9 @@ class PartitionStore:
             return None if entry is None else entry.to_json()
         if kind == DECISION:
             record = self.decisions.get(name)
-            return None if record is None else record.to_json()
+            if record is None or isinstance(record, list):
+                return record
+            return record.to_json()
         hold = self.holds.get(name)
         return None if hold is None else hold.to_json()
 
@@ -207,13 +219,14 @@ class PartitionStore:
             if kind == LEARNER:
                 store.learners[name] = LearnerEntry.from_json(value)
             elif kind == DECISION:
-                record = DecisionRecord.from_json(value)
-                store.decisions[name] = record
-                if record.open:
+                if value[SETTLED_AT] is not None:  # settled: kept in log form
+                    store.decisions[name] = value
+                    store._purge_times.append((value[SETTLED_AT] + retention_s, name))
+                else:
+                    record = DecisionRecord.from_json(value)
+                    store.decisions[name] = record
                     store.open_decisions += 1
                     store._feedback_deadlines.append((record.deadline, name))
-                else:
-                    store._purge_times.append((record.settled_at + retention_s, name))
             elif kind == HOLD:
                 hold = Hold.from_json(value)
                 store.holds[name] = hold

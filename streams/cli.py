@@ -202,7 +202,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line; with ``command``, the options of the other commands that cost
+    imports (the learners, numba, matplotlib) are left out, so that ``banditflow worker``
+    starts in about a second."""
+
+    def wanted(name: str) -> bool:
+        return command is None or command == name
+
     parser = argparse.ArgumentParser(
         prog="banditflow",
         description="Online learning from partial, delayed feedback on Kafka event streams.",
@@ -214,16 +221,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=9092)
     p.set_defaults(func=cmd_broker)
 
-    p = sub.add_parser("worker", help="run a Faust worker (learner tables, decisions, metrics)")
+    p = sub.add_parser("worker", help="run a worker (learner state, decisions, metrics)")
     _common_kafka(p)
     _worker_options(p)
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("simulate", help="play a simulated application against running workers")
     _common_kafka(p)
-    from streams.simulate import add_simulation_options
+    if wanted("simulate"):
+        from streams.simulate import add_simulation_options
 
-    add_simulation_options(p)
+        add_simulation_options(p)
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser(
@@ -231,7 +239,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="broker + worker + simulated application + metrics, "
         "stops by itself and prints a summary",
     )
-    add_simulation_options(p)
+    if wanted("demo"):
+        from streams.simulate import add_simulation_options
+
+        add_simulation_options(p)
     p.add_argument("--port", type=int, default=19092, help="embedded broker port")
     p.add_argument("--web-port", type=int, default=6066, help="worker /metrics port")
     p.add_argument("--partitions", type=int, default=4)
@@ -245,9 +256,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("evaluate", help="replay a log through the processors offline and "
                                         "report (summary.json, trajectory.jsonl, plots)")
-    from streams.evaluation import add_evaluate_options
+    if wanted("evaluate"):
+        from streams.evaluation import add_evaluate_options
 
-    add_evaluate_options(p)
+        add_evaluate_options(p)
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("make-log", help="build an evaluation log from bundled data or a "
@@ -275,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["kcat"]:
         return run_kcat(argv[1:])
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv[0] if argv else None).parse_args(argv)
     return int(args.func(args) or 0)
 
 

@@ -38,13 +38,13 @@ snapshot, and reading ends at the Fetch high watermark, which is right.
 
 from __future__ import annotations
 
-import json
 import random
 import time
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import OffsetOutOfRangeError
 
@@ -67,7 +67,7 @@ SNAPSHOT_SLICE_KEYS = 2000
 
 
 def _dumps(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+    return orjson.dumps(value)
 
 
 @dataclass
@@ -131,7 +131,7 @@ class Header:
 
     @classmethod
     def decode(cls, key: bytes) -> Header:
-        raw = json.loads(key)
+        raw = orjson.loads(key)
         if raw.get("v") != FORMAT_VERSION:
             raise StateLogError(f"state log record of format {raw.get('v')!r}, expected "
                                 f"{FORMAT_VERSION}: written by another banditflow version?")
@@ -153,7 +153,7 @@ def encode(commit: Commit, snapshot_at: int | None) -> list[tuple[bytes, bytes]]
 
 
 def decode(payload: bytes) -> Commit:
-    return Commit.from_body(json.loads(zlib.decompress(payload)))
+    return Commit.from_body(orjson.loads(zlib.decompress(payload)))
 
 
 class LogReader:
@@ -254,7 +254,7 @@ class PartitionLog:
         puts, completed = list(changes.puts), None
         dump = self._dump
         if dump is None and self._snapshot_due():
-            dump = self._dump = _Dump(self.next_offset, self.log_bytes, store.keys())
+            dump = self._dump = _Dump(self.next_offset, self.log_bytes, store.log_keys())
         if dump is not None:
             written = {key for key, _ in puts} | set(changes.deletes)
             end = min(len(dump.keys), dump.index + SNAPSHOT_SLICE_KEYS)
@@ -334,16 +334,12 @@ async def read_partitions(
             if records and tp in tails:
                 starts[tp] = Header.decode(records[0].key).snapshot_at
                 tails.remove(tp)
-    pending = []
-    for tp in tps:
-        if tp not in starts:
-            continue  # an empty log: a fresh partition
+    pending = [tp for tp in tps if tp in starts]  # (an empty log: a fresh partition)
+    beginnings = await consumer.beginning_offsets(pending) if pending else {}
+    for tp in pending:
+        # (seek() at once: seek_to_beginning() races with the reset that assign() started)
         start = starts[tp]
-        if start is None:
-            await consumer.seek_to_beginning(tp)
-        else:
-            consumer.seek(tp, start)
-        pending.append(tp)
+        consumer.seek(tp, beginnings[tp] if start is None else start)
     first = {tp: starts[tp] for tp in pending}
     while pending:
         try:
@@ -383,7 +379,8 @@ async def read_commits(bootstrap: str, topic: str) -> dict[int, list[tuple[int, 
         tps = [TopicPartition(topic, p) for p in partitions]
         consumer.assign(tps)
         ends = await consumer.end_offsets(tps)
-        await consumer.seek_to_beginning(*tps)
+        for tp, offset in (await consumer.beginning_offsets(tps)).items():
+            consumer.seek(tp, offset)  # (seek_to_beginning() races with assign()'s reset)
         readers = {p: LogReader() for p in partitions}
         commits: dict[int, list[tuple[int, Commit]]] = {p: [] for p in partitions}
         pending = [tp for tp in tps if ends[tp] > 0]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from processors import Emitted, Processor, Source, StreamTimes
-from processors.records import Settled
+from processors.records import DecisionRecord, Settled
 from schemas import Limits
 
 LID = "shop"
@@ -197,9 +197,9 @@ def test_changes_hold_the_latest_value_of_each_key_once(processor: Processor) ->
     assert len(keys) == len(set(keys)) == 22  # one learner, 21 decisions
     values = dict(changes.puts)
     assert values[f"l/{LID}"]["state"]["n"] == 20  # the learner once, as of now
-    settled = values[f"d/{LID}/e3"]
-    assert settled["settled_by"] == "feedback" and settled["pending"] is None  # never open
-    assert values[f"d/{LID}/open"]["pending"] is not None
+    settled = DecisionRecord.from_json(values[f"d/{LID}/e3"])
+    assert settled.settled_by is Settled.FEEDBACK and settled.pending is None  # never open
+    assert DecisionRecord.from_json(values[f"d/{LID}/open"]).pending is not None
     assert not processor.store.changes()  # nothing since
     tick(processor, 1000.0)  # the open one times out, the settled ones are purged
     changes = processor.store.changes()

@@ -1,0 +1,162 @@
+"""The state layer on the embedded broker: its end-offset quirk, recovery from multi-record
+batches and from snapshots, and timeouts that follow stream time across a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+import streams.statelog as statelog
+from processors import Processor, Source
+from streams.scrape import value
+from streams.statelog import LogReader, PartitionLog, read_partitions
+from streams.topics import Topics, ensure_topics, state_topic
+
+pytestmark = pytest.mark.integration
+
+
+def test_tansu_end_offset_counts_batches_but_fetch_high_watermark_is_right(broker) -> None:
+    """The embedded broker's ListOffsets(latest) answers the last *batch*'s base offset + 1.
+
+    The state log's reader does not rely on it (tests below); when this test fails, Tansu is
+    fixed and the note in streams/statelog.py can go."""
+
+    async def run() -> tuple[int, int, list[int]]:
+        ensure_topics(broker.bootstrap, Topics("quirk"), 1)
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=50)
+        await producer.start()
+        futures = [await producer.send("quirk.contexts", b"x", partition=0) for _ in range(5)]
+        offsets = [(await future).offset for future in futures]  # one batch of five
+        await producer.stop()
+        consumer = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap)
+        await consumer.start()
+        tp = TopicPartition("quirk.contexts", 0)
+        consumer.assign([tp])
+        end = (await consumer.end_offsets([tp]))[tp]
+        consumer.seek(tp, 0)
+        await consumer.getmany(tp, timeout_ms=2000)
+        highwater = consumer.highwater(tp)
+        await consumer.stop()
+        return end, highwater, offsets
+
+    end, highwater, offsets = asyncio.run(run())
+    assert offsets == [0, 1, 2, 3, 4]
+    assert highwater == 5
+    assert end == 1  # Tansu: base offset of the last batch (0) + 1; Apache Kafka answers 5
+
+
+def drive(processor: Processor, start: int, count: int) -> None:
+    """Contexts for three conformal learners, feedback for every other one."""
+    for lid in ("a", "b", "c"):
+        if lid not in processor.store.learners:
+            config = {"learner_id": lid, "family": "conformal", "algorithm": "sps",
+                      "params": {"alpha": 0.8, "horizon": 1000}}
+            processor.on_config(lid, json.dumps(config).encode(), Source("learners"), 0.0)
+    for i in range(start, start + count):
+        lid = "abc"[i % 3]
+        body = {"learner_id": lid, "event_id": f"e{i}", "labels": ["x", "y"],
+                "scores": [0.1 * (i % 7), 0.3]}
+        processor.on_context(json.dumps(body).encode(), Source("contexts"), float(i))
+        if i % 2:
+            feedback = {"learner_id": lid, "event_id": f"e{i}", "label": "x"}
+            processor.on_feedback(json.dumps(feedback).encode(), Source("feedback"), float(i))
+
+
+def test_recovery_reads_multi_record_batches_and_snapshots(broker, monkeypatch) -> None:
+    """Commits split into parts and sent in multi-record batches (the end offset is then
+    off by the batch on Tansu) are read back whole, from the latest snapshot on."""
+    monkeypatch.setattr(statelog, "PART_BYTES", 300)
+    monkeypatch.setattr(statelog, "SNAPSHOT_MIN_BYTES", 3000)
+    monkeypatch.setattr(statelog, "SNAPSHOT_SLICE_KEYS", 40)
+    topic = state_topic("multi")
+    ensure_topics(broker.bootstrap, Topics("multi"), 2, "multi")
+
+    async def run() -> tuple[PartitionLog, dict[int, LogReader], Processor]:
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=20)
+        await producer.start()
+        writer = PartitionLog(1, LogReader())
+        processor = Processor(retention_s=1e9)
+        batches = []
+        for step in range(30):
+            drive(processor, 20 * step, 20)
+            records = writer.commit(
+                processor.store, processor.store.changes(), {"contexts": step}, {}, []
+            )
+            futures = [await producer.send(topic, v, k, partition=1) for k, v in records]
+            offsets = [(await future).offset for future in futures]
+            batches.append(len(records))
+            assert writer.acked(offsets)
+        await producer.stop()
+        assert max(batches) > 3  # multi-record batches
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=broker.bootstrap, enable_auto_commit=False,
+            auto_offset_reset="none",
+        )
+        await consumer.start()
+        readers = await read_partitions(consumer, topic, [0, 1])
+        await consumer.stop()
+        return writer, readers, processor
+
+    writer, readers, processor = asyncio.run(run())
+    assert readers[0].values == {} and readers[0].last is None  # an empty partition
+    reader = readers[1]
+    assert writer.snapshot_at is not None and writer.snapshot_at > 0
+    assert reader.last is not None and reader.last.marks == {"contexts": 29}
+    store = processor.store
+    assert reader.values == {key: store.value(key) for key in store.log_keys()}
+    assert reader.end_offset == writer.next_offset
+    assert reader.bytes_read < writer.log_bytes  # it started at the snapshot
+
+
+def test_timeouts_follow_stream_time_not_the_wall_clock_of_a_restart(
+    broker, start_worker, read_topic, wait_until
+) -> None:
+    """Feedback produced in time, while the worker was down for longer than the feedback
+    timeout, is applied after the restart: no decision expires on a backlog still unread
+    (the backlog takes many commits to read, so a wall-clock timer would fire in between)."""
+    prefix, lid, timeout, events = "streamtime", "st", 3.0, 20_000
+    worker = start_worker(prefix, partitions=2, extra_args=["--max-batch", "500"])
+    topics = worker.topics
+
+    async def produce(topic: str, bodies: list[dict[str, Any]]) -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=20,
+                                    max_batch_size=1 << 20)
+        await producer.start()
+        for body in bodies:
+            await producer.send(topic, json.dumps(body).encode(), lid.encode())
+        await producer.stop()
+
+    asyncio.run(produce(topics.learners, [
+        {"learner_id": lid, "family": "conformal", "algorithm": "sps",
+         "params": {"alpha": 0.9, "horizon": 100_000}, "feedback_timeout_s": timeout}
+    ]))
+    contexts = [{"learner_id": lid, "event_id": f"e{i}", "labels": ["a", "b"],
+                 "scores": [1.0, 0.0]} for i in range(events)]
+    asyncio.run(produce(topics.contexts, contexts))
+    wait_until(lambda: value(worker.metrics(), "banditflow_learner_decisions", learner_id=lid)
+               == events)
+    worker.stop(kill=True)
+    # The application answers every decision at once; the worker is down.
+    asyncio.run(produce(topics.feedback, [
+        {"learner_id": lid, "event_id": f"e{i}", "label": "a"} for i in range(events)
+    ]))
+    time.sleep(2 * timeout)  # the wall clock passes every deadline
+    worker = start_worker(prefix, partitions=2, extra_args=["--max-batch", "500"])
+    wait_until(lambda: value(worker.metrics(), "banditflow_learner_feedback", learner_id=lid)
+               == events)
+    text = worker.metrics()
+    assert value(text, "banditflow_learner_timeouts", learner_id=lid) == 0
+    assert value(text, "banditflow_learner_coverage", learner_id=lid) == 1.0
+    assert read_topic(topics.deadletter).poll() == []
+    # Without feedback, the stream catches up and its clock follows the wall clock: expiry.
+    asyncio.run(produce(topics.contexts, [
+        {"learner_id": lid, "event_id": f"late{i}", "labels": ["a", "b"], "scores": [1.0, 0.0]}
+        for i in range(5)
+    ]))
+    wait_until(lambda: value(worker.metrics(), "banditflow_learner_timeouts", learner_id=lid)
+               == 5, timeout_s=30)
