@@ -18,13 +18,24 @@ $(BIN)/python:
 # Python compiles what it imports on first use instead.
 PIP := $(BIN)/python -m pip install --quiet --no-compile
 
+# What a worker imports, byte-compiled once: a restarted worker is ready in about a second
+# instead of three to five (the install skips compiling, and an environment with
+# PYTHONDONTWRITEBYTECODE never writes the cache at run time).
+WORKER_IMPORTS := aiokafka kafka pydantic pydantic_core numpy scipy prometheus_client \
+	numba llvmlite matplotlib faust mode
+COMPILE = site=$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
+	$(BIN)/python -m compileall -q -j 0 learners processors streams schemas \
+	$$(for name in $(WORKER_IMPORTS); do echo "$$site/$$name"; done) >/dev/null
+
 # The demo needs only the runtime dependencies; the tests add the dev tools.
 $(RUNTIME): pyproject.toml | $(BIN)/python
 	$(PIP) -e .
+	@$(COMPILE)
 	@touch $(RUNTIME)
 
 $(DEV): pyproject.toml | $(BIN)/python
 	$(PIP) -e '.[dev]'
+	@$(COMPILE)
 	@touch $(DEV) $(RUNTIME)
 
 # kcat (a real third-party Kafka client) and Prometheus/promtool, used by integration tests.

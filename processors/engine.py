@@ -41,6 +41,7 @@ from processors.records import (
     Hold,
     HoldKind,
     LearnerEntry,
+    Published,
     Settled,
     Source,
 )
@@ -49,7 +50,6 @@ from processors.store import PartitionStore, decision_key
 from schemas import (
     Context,
     DeadLetter,
-    Decision,
     Feedback,
     LearnerConfig,
     Limits,
@@ -85,7 +85,7 @@ class StreamTimes:
 class Emitted:
     """What handling one record produced: decisions to publish and records to dead-letter."""
 
-    decisions: list[Decision] = field(default_factory=list)
+    decisions: list[Published] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
 
     def extend(self, other: Emitted) -> None:
@@ -357,7 +357,6 @@ class Processor:
         store.put_decision(key, record)
         out.decisions.append(self._decision(lid, eid, entry, record, redelivered=False))
         self.sink.processed(source.topic, "decided")
-        self.sink.decided(lid, max(0.0, decided_at - (context_ts or decided_at)))
         early = store.drop_hold(key)
         if early is not None:
             for item in early.feedback:
@@ -388,20 +387,11 @@ class Processor:
     @staticmethod
     def _decision(
         lid: str, eid: str, entry: LearnerEntry, record: DecisionRecord, redelivered: bool
-    ) -> Decision:
+    ) -> Published:
         config = entry.config
-        # Our own data, valid by construction: skip pydantic's validation on the hot path.
-        return Decision.model_construct(
-            learner_id=lid,
-            event_id=eid,
-            family=config["family"],
-            algorithm=config["algorithm"],
-            learner_version=record.version,
-            output=record.output_value(),
-            ts=record.decided_at,
-            decided_at=record.decided_at,
-            context_ts=record.context_ts,
-            redelivered=redelivered,
+        return Published(
+            lid, eid, config["family"], config["algorithm"], record.version,
+            record.output_value(), record.decided_at, record.context_ts, redelivered,
         )
 
     # ------------------------------------------------------------------ feedback

@@ -28,6 +28,7 @@ import orjson
 
 from learners.base import JSON, Learner
 from learners.registry import learner_class
+from schemas.events import SCHEMA_VERSION
 
 
 class Settled(StrEnum):
@@ -143,6 +144,42 @@ class DecisionRecord:
         if record.settled_by is not None:
             record.settled_by = SETTLED[record.settled_by]  # (Settled(x) is 10x slower)
         return record
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """A decision as published on the decisions topic (schema: :class:`schemas.Decision`).
+
+    A plain record rather than the pydantic model: it is built for every decision, and its
+    JSON is written with orjson (tests/unit/test_processor.py checks it against the schema).
+    """
+
+    learner_id: str
+    event_id: str
+    family: str
+    algorithm: str
+    learner_version: int
+    output: JSON
+    decided_at: float
+    context_ts: float | None
+    redelivered: bool
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(
+            {
+                "schema_version": SCHEMA_VERSION,
+                "learner_id": self.learner_id,
+                "ts": self.decided_at,
+                "event_id": self.event_id,
+                "family": self.family,
+                "algorithm": self.algorithm,
+                "learner_version": self.learner_version,
+                "output": self.output,
+                "decided_at": self.decided_at,
+                "context_ts": self.context_ts,
+                "redelivered": self.redelivered,
+            }
+        )
 
 
 @dataclass(slots=True)

@@ -15,9 +15,6 @@ class Sink:
     def dead_lettered(self, reason: str) -> None:
         """One record dead-lettered with ``reason``."""
 
-    def decided(self, learner_id: str, latency_s: float) -> None:
-        """A decision made ``latency_s`` after its context's timestamp."""
-
     def feedback_applied(self, learner_id: str, delay_s: float) -> None:
         """Feedback applied ``delay_s`` after its decision."""
 

@@ -65,7 +65,7 @@ class PrometheusSink(Sink):
         )
         self.decision_latency = Histogram(
             "banditflow_decision_latency_seconds",
-            "Time from a context's timestamp to its decision",
+            "Time from a context's timestamp to its decision's publication (acknowledged)",
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=r,
         )
@@ -149,8 +149,10 @@ class PrometheusSink(Sink):
     def dead_lettered(self, reason: str) -> None:
         self._dead_letters[reason] += 1
 
-    def decided(self, learner_id: str, latency_s: float) -> None:
-        self._latencies.append(latency_s)
+    def published(self, latencies_s: list[float]) -> None:
+        """Decisions published (acknowledged by the broker), each this long after its
+        context's timestamp (the worker's own observation, not the processors')."""
+        self._latencies.extend(latencies_s)
 
     def feedback_applied(self, learner_id: str, delay_s: float) -> None:
         self._delays.append(delay_s)

@@ -37,6 +37,8 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 
+from learners.base import LearnerError
+from learners.registry import FAMILIES, algorithms
 from processors import Emitted, PartitionStore, Processor, Source, StreamTimes
 from schemas import DeadLetter, Limits
 from streams.metrics import CONTENT_TYPE, PrometheusSink
@@ -104,6 +106,7 @@ class PartitionRuntime:
         self.now = max(self.clock.values(), default=0.0)
         self.committed_marks = dict(self.marks)
         self.decisions: list[str] = []
+        self.context_ts: list[float] = []  # of the fresh decisions (for the latency)
         self.dead_letters: list[DeadLetter] = []
         self.active = False
         self.events = 0
@@ -135,7 +138,14 @@ class PartitionRuntime:
             self.processor.sink.dead_lettered("internal_error")
         self.marks[stream] = offset + 1
         self.events += 1
-        self.decisions.extend(d.model_dump_json() for d in emitted.decisions)
+        self.take(emitted)
+
+    def take(self, emitted: Emitted) -> None:
+        """Keep what an event produced for the next commit."""
+        for decision in emitted.decisions:
+            self.decisions.append(decision.to_json().decode())
+            if not decision.redelivered and decision.context_ts is not None:
+                self.context_ts.append(decision.context_ts)
         self.dead_letters.extend(emitted.dead_letters)
 
     def times(self, wall: float, caught_up: dict[str, bool]) -> StreamTimes:
@@ -147,6 +157,15 @@ class PartitionRuntime:
             return max(seen, idle) if caught_up[stream] else seen
 
         return StreamTimes(time_of("learners"), time_of("contexts"), time_of("feedback"))
+
+
+def preload_families() -> None:
+    """Import every learner family once the worker serves (on a thread): the first config
+    of a family would otherwise stall the event loop for the import (numba compiles
+    graph_cb's kernels), long enough to miss a heartbeat."""
+    for family in FAMILIES:
+        with contextlib.suppress(LearnerError):
+            algorithms(family)
 
 
 def internal_error(exc: Exception, source: Source, raw: bytes | None, wall: float) -> DeadLetter:
@@ -168,6 +187,7 @@ class Cut:
     part: PartitionRuntime
     state: list[tuple[bytes, bytes]]
     decisions: list[str]
+    context_ts: list[float]
     dead_letters: list[bytes]
     marks: dict[str, int]
 
@@ -192,6 +212,7 @@ class Worker:
         self._commit_wanted = asyncio.Event()
         self._committed = asyncio.Event()
         self._recovering: asyncio.Task[None] | None = None
+        self._preloaded = False
         self._waiting_events = 0
         self._last_offset_commit = 0.0
         self.consumer: AIOKafkaConsumer
@@ -309,9 +330,7 @@ class Worker:
 
     def _cut(self, part: PartitionRuntime, wall: float) -> Cut | None:
         processor = part.processor
-        ticked = processor.on_tick(part.times(wall, self._caught_up(part)))
-        part.decisions.extend(d.model_dump_json() for d in ticked.decisions)
-        part.dead_letters.extend(ticked.dead_letters)
+        part.take(processor.on_tick(part.times(wall, self._caught_up(part))))
         changes = processor.store.changes()
         if (
             not changes
@@ -324,10 +343,12 @@ class Worker:
             if key.startswith("l/"):
                 self._export_gauges(part, key[2:])
         decisions, part.decisions = part.decisions, []
+        context_ts, part.context_ts = part.context_ts, []
         dead, part.dead_letters = part.dead_letters, []
         marks = dict(part.marks)
         state = part.log.commit(processor.store, changes, marks, dict(part.clock), decisions)
-        return Cut(part, state, decisions, [d.model_dump_json().encode() for d in dead], marks)
+        dead_json = [d.model_dump_json().encode() for d in dead]
+        return Cut(part, state, decisions, context_ts, dead_json, marks)
 
     def _export_gauges(self, part: PartitionRuntime, learner_id: str) -> None:
         entry = part.processor.store.learners.get(learner_id)
@@ -368,7 +389,9 @@ class Worker:
                 for cut in written
                 for value in cut.decisions
             )
+            published = time.time()
             for cut in written:
+                self.sink.published([max(0.0, published - ts) for ts in cut.context_ts])
                 cut.part.committed_marks = cut.marks
                 self.sink.commits.labels(str(cut.part.number)).inc()
                 self.sink.state_log_bytes.inc(sum(len(v) for _, v in cut.state))
@@ -509,6 +532,9 @@ class Worker:
         part.active = True
         self.active = self.active | {part.number}
         consumer.resume(*tps)
+        if not self._preloaded:
+            self._preloaded = True
+            threading.Thread(target=preload_families, name="preload", daemon=True).start()
 
     def wall_now(self) -> float:
         """The wall clock as of the current batch (one lookup per batch, not per event)."""

@@ -19,7 +19,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from streams.broker import EmbeddedBroker, free_port
 from streams.demo import stop, wait_until_ready
 from streams.scrape import fetch
-from streams.statelog import read_commits
+from streams.statelog import Commit, read_commits
 from streams.topics import Topics, ensure_topics, state_topic
 
 
@@ -53,6 +53,13 @@ class Worker:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def ready(self) -> str | None:
+        """The /ready text when the worker is ready, else None."""
+        try:
+            return fetch(f"http://127.0.0.1:{self.web_port}/ready", timeout_s=1.0)
+        except OSError:  # (urllib's HTTPError for a 503 is an OSError too)
+            return None
 
     def wait_ready(self, timeout_s: float = 90.0) -> None:
         try:
@@ -195,6 +202,25 @@ def learner_entries(broker: EmbeddedBroker) -> Callable[[str, str], list[dict[st
         ]
 
     return entries
+
+
+def final_state(commits: dict[int, list[tuple[int, Commit]]]) -> dict[str, Any]:
+    """The state the commits of a state log add up to (every key's latest value)."""
+    values: dict[str, Any] = {}
+    for partition in commits.values():
+        for _, commit in partition:
+            values.update(commit.puts)
+            for key in commit.deletes:
+                values.pop(key, None)
+    return values
+
+
+@pytest.fixture
+def state_of(broker: EmbeddedBroker) -> Callable[[str], dict[str, Any]]:
+    """``state_of(app_id)``: the workers' state as their state log holds it now."""
+    return lambda app_id: final_state(
+        asyncio.run(read_commits(broker.bootstrap, state_topic(app_id)))
+    )
 
 
 @pytest.fixture

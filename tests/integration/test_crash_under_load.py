@@ -11,7 +11,7 @@ after it became ready, sometimes while it is still starting or recovering. Check
   once, its SPS state holds exactly as many observations, and it saw exactly the covered
   labels the application sent (nothing lost, nothing doubled);
 - no decision was settled by its timeout although its feedback had been produced before the
-  deadline (with a 10 s timeout and prompt answers, none times out at all);
+  deadline (with a 60 s timeout and prompt answers, none times out at all);
 - coverage and regret are those of a fault-free run of the same stream (the same contexts
   through the processors with every feedback applied at once), within noise;
 - nothing was dead-lettered, and each restart resumed where the last commit left off.
@@ -44,7 +44,7 @@ PREFIX = "loadcrash"
 LEARNERS = ["lc-a", "lc-b", "lc-c", "lc-d"]
 RATE = 250.0  # contexts per second
 KILLS = 20
-TIMEOUT = 10.0
+TIMEOUT = 60.0  # longer than any restart here: no timeout is expected
 SEED = 20261123
 ENV = GaussianScores(labels=10, alpha=0.9)
 
@@ -77,7 +77,7 @@ async def is_ready(port: int) -> bool:
         return False
 
 
-def test_kill_minus_nine_under_load(broker, start_worker, wait_until) -> None:
+def test_kill_minus_nine_under_load(broker, start_worker, wait_until, state_of) -> None:
     rng = np.random.default_rng(SEED)
     app = Application(covered={lid: 0 for lid in LEARNERS})
     workers = [start_worker(PREFIX, partitions=2)]
@@ -201,15 +201,11 @@ def test_kill_minus_nine_under_load(broker, start_worker, wait_until) -> None:
 
     # The state log: the final entries, and the commits' marks never going back.
     commits = asyncio.run(read_commits(broker.bootstrap, state_topic(PREFIX)))
-    final: dict[str, Any] = {}
     assert all(commits.values()), "the state log reads back empty"
     for partition in commits.values():
         for (_, before), (_, after) in itertools.pairwise(partition):
             assert all(after.marks.get(s, 0) >= m for s, m in before.marks.items())
-        for _, commit in partition:
-            final.update(commit.puts)
-            for key in commit.deletes:
-                final.pop(key, None)
+    final = state_of(PREFIX)
     timeouts_unjustified: list[tuple[str, float, float, float]] = []
     for lid in LEARNERS:
         entry = final[f"l/{lid}"]

@@ -407,3 +407,20 @@ def test_deferral_regret_against_opt_from_truth() -> None:
     assert values["opt_reward"] == pytest.approx(exact, rel=0.02)  # ratio-histogram OPT
     assert values["regret_exact"] == pytest.approx(values["opt_reward"] - reward)
     assert values["regret_exact"] > 0
+
+
+def test_published_decisions_follow_the_decision_schema(processor: Processor) -> None:
+    """Decisions are written with orjson, not the pydantic model: they must still be
+    exactly what the published schema describes."""
+    from schemas import Decision
+
+    first = processor.on_context(context("e1"), Source("contexts", timestamp=0.5), 1.0)
+    again = processor.on_context(context("e1"), Source("contexts", timestamp=0.5), 2.0)
+    for published in (first.decisions[0], again.decisions[0]):
+        parsed = Decision.model_validate_json(published.to_json())
+        assert parsed.model_dump() == {
+            "schema_version": 1, "learner_id": LID, "ts": 1.0, "event_id": "e1",
+            "family": "conformal", "algorithm": "sps", "learner_version": 1,
+            "output": published.output, "decided_at": 1.0, "context_ts": 0.5,
+            "redelivered": published is again.decisions[0],
+        }
