@@ -286,7 +286,7 @@ class Processor:
         identity = ("family", "algorithm", "params", "seed")
         if old is not None and all(old.config[k] == new_config[k] for k in identity):
             old.config = new_config  # only timeouts changed: keep learning
-            store.touch_learner(lid)
+            store.touch_config(lid)
             self.sink.processed(source.topic, "updated")
             return out
         version = old.version + 1 if old is not None else 1

@@ -81,22 +81,24 @@ class LearnerEntry:
         self.checkpoint = state
         self.redo.clear()
 
+    def config_json(self) -> JSON:
+        """The config part (key ``c/<id>`` in the state log; written when it changes)."""
+        return {"config": self.config, "version": self.version}
+
     def to_json(self) -> JSON:
+        """The learning part (key ``l/<id>``; written whenever the learner changed)."""
         state = self.learner.to_state()
         self.mark_checkpoint(state)
-        return {
-            "config": self.config,
-            "version": self.version,
-            "stats": self.stats,
-            "state": state,
-        }
+        return {"stats": self.stats, "state": state}
 
     @classmethod
-    def from_json(cls, data: JSON) -> LearnerEntry:
-        config = data["config"]
-        cls_ = learner_class(config["family"], config["algorithm"])
-        learner = cls_.from_state(config["params"], data["state"])
-        return cls(config, data["version"], dict(data["stats"]), learner, data["state"])
+    def from_json(cls, config: JSON, learning: JSON) -> LearnerEntry:
+        settings = config["config"]
+        cls_ = learner_class(settings["family"], settings["algorithm"])
+        learner = cls_.from_state(settings["params"], learning["state"])
+        return cls(
+            settings, config["version"], dict(learning["stats"]), learner, learning["state"]
+        )
 
 
 @dataclass(slots=True)

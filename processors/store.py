@@ -19,6 +19,11 @@ record changes; a popped entry counts only if the record still has that deadline
 ['shop/e1']
 >>> [key for key, value in store.changes().puts]
 ['d/shop/e1']
+>>> record = store.decisions["shop/e1"]
+>>> store.settle("shop/e1", record, Settled.FEEDBACK, now=31.0, retention_s=60.0)
+>>> changes = store.changes()
+>>> [key for key, _ in changes.puts], changes.deletes
+(['s/shop/e1'], ['d/shop/e1'])
 """
 
 from __future__ import annotations
@@ -26,14 +31,16 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+
+import orjson
 
 from learners.base import JSON
 from processors.records import DecisionRecord, Hold, HoldKind, LearnerEntry, Settled
 
-# Key prefixes of the three record types in the state log.
-LEARNER, DECISION, HOLD = "l/", "d/", "h/"
-SETTLED_AT = DecisionRecord.__slots__.index("settled_at")  # type: ignore[attr-defined]
+# Key prefixes in the state log: a learner's config and its learning part (apart, so that
+# the config is not rewritten with every update), open decisions, settled decisions (apart,
+# so that a recovery keeps those as text without parsing them), and holds.
+CONFIG, LEARNER, OPEN, SETTLED, HOLD = "c/", "l/", "d/", "s/", "h/"
 
 
 def decision_key(learner_id: str, event_id: str) -> str:
@@ -56,13 +63,15 @@ class PartitionStore:
 
     def __init__(self, *, track_changes: bool = True) -> None:
         self.learners: dict[str, LearnerEntry] = {}
-        # Settled decisions read back from the state log stay in their log form (a list)
-        # until something asks for them (see decision()): most are only ever purged.
-        self.decisions: dict[str, DecisionRecord | list[Any]] = {}
+        # Settled decisions read back from the state log stay JSON text until something asks
+        # for them (decision()): most are only ever purged.
+        self.decisions: dict[str, DecisionRecord | bytes] = {}
         self.holds: dict[str, Hold] = {}
         self.open_decisions = 0
         self.track_changes = track_changes
-        self._changed: dict[str, None] = {}  # an ordered set of state-log keys
+        self._changed: dict[str, None] = {}  # ordered sets: state-log keys ...
+        self._changed_decisions: dict[str, None] = {}  # ... and decision keys
+        self._open_logged: set[str] = set()  # decisions whose open version is in the log
         self._feedback_deadlines: list[tuple[float, str]] = []
         self._purge_times: list[tuple[float, str]] = []
         self._hold_deadlines: dict[HoldKind, list[tuple[float, str]]] = {
@@ -73,18 +82,27 @@ class PartitionStore:
         if self.track_changes:
             self._changed[key] = None
 
+    def _mark_decision(self, key: str) -> None:
+        if self.track_changes:
+            self._changed_decisions[key] = None
+
     # ------------------------------------------------------------------ learners
     def put_learner(self, learner_id: str, entry: LearnerEntry) -> None:
         self.learners[learner_id] = entry
+        self._mark(CONFIG + learner_id)
         self._mark(LEARNER + learner_id)
 
     def touch_learner(self, learner_id: str) -> None:
         self._mark(LEARNER + learner_id)
 
+    def touch_config(self, learner_id: str) -> None:
+        self._mark(CONFIG + learner_id)
+
     def drop_learner(self, learner_id: str) -> None:
         """Delete a learner with its decisions and holds (a config tombstone)."""
         if self.learners.pop(learner_id, None) is None:
             return
+        self._mark(CONFIG + learner_id)
         self._mark(LEARNER + learner_id)
         prefix = learner_id + "/"
         for key in [k for k in self.decisions if k.startswith(prefix)]:
@@ -95,8 +113,8 @@ class PartitionStore:
     # ------------------------------------------------------------------ decisions
     def decision(self, key: str) -> DecisionRecord | None:
         record = self.decisions.get(key)
-        if isinstance(record, list):
-            record = self.decisions[key] = DecisionRecord.from_json(record)
+        if isinstance(record, bytes):
+            record = self.decisions[key] = DecisionRecord.from_json(orjson.loads(record))
         return record
 
     def put_decision(self, key: str, record: DecisionRecord) -> None:
@@ -104,10 +122,10 @@ class PartitionStore:
         self.decisions[key] = record
         self.open_decisions += 1
         heapq.heappush(self._feedback_deadlines, (record.deadline, key))
-        self._mark(DECISION + key)
+        self._mark_decision(key)
 
     def touch_decision(self, key: str) -> None:
-        self._mark(DECISION + key)
+        self._mark_decision(key)
 
     def settle(
         self, key: str, record: DecisionRecord, by: Settled, now: float, retention_s: float
@@ -119,14 +137,14 @@ class PartitionStore:
         record.settled_at = now
         record.pending = None
         heapq.heappush(self._purge_times, (now + retention_s, key))
-        self._mark(DECISION + key)
+        self._mark_decision(key)
 
     def drop_decision(self, key: str) -> None:
         record = self.decisions.pop(key, None)
         if record is not None:
             if isinstance(record, DecisionRecord) and record.open:
                 self.open_decisions -= 1
-            self._mark(DECISION + key)
+            self._mark_decision(key)
 
     # ------------------------------------------------------------------ holds
     def put_hold(self, key: str, hold: Hold) -> None:
@@ -167,7 +185,7 @@ class PartitionStore:
         while heap and heap[0][0] <= time:
             _, key = heapq.heappop(heap)
             record = self.decisions.get(key)
-            if isinstance(record, list) or (record is not None and not record.open):
+            if isinstance(record, bytes) or (record is not None and not record.open):
                 yield key
 
     # ------------------------------------------------------------------ state log
@@ -180,7 +198,22 @@ class PartitionStore:
                 changes.deletes.append(key)
             else:
                 changes.puts.append((key, value))
+        logged = self._open_logged
+        for key in self._changed_decisions:
+            record = self.decisions.get(key)
+            if isinstance(record, DecisionRecord) and record.open:
+                changes.puts.append((OPEN + key, record.to_json()))
+                logged.add(key)
+                continue
+            if key in logged:  # its open version goes
+                logged.discard(key)
+                changes.deletes.append(OPEN + key)
+            if isinstance(record, DecisionRecord):
+                changes.puts.append((SETTLED + key, record.to_json()))
+            elif record is None:
+                changes.deletes.append(SETTLED + key)
         self._changed.clear()
+        self._changed_decisions.clear()
         return changes
 
     def changed(self, key: str) -> bool:
@@ -189,50 +222,73 @@ class PartitionStore:
     def log_keys(self) -> list[str]:
         """Every state-log key of this partition (for a snapshot)."""
         return [
+            *(CONFIG + k for k in self.learners),
             *(LEARNER + k for k in self.learners),
-            *(DECISION + k for k in self.decisions),
+            *(
+                (OPEN if isinstance(r, DecisionRecord) and r.open else SETTLED) + k
+                for k, r in self.decisions.items()
+            ),
             *(HOLD + k for k in self.holds),
         ]
 
-    def value(self, key: str) -> JSON | None:
-        """The JSON value of a state-log key, ``None`` when it does not exist."""
+    def value(self, key: str) -> JSON | bytes | None:
+        """The value of a state-log key (JSON, or JSON text), ``None`` when it does not
+        exist."""
         kind, name = key[:2], key[2:]
-        if kind == LEARNER:
+        if kind in (CONFIG, LEARNER):
             entry = self.learners.get(name)
-            return None if entry is None else entry.to_json()
-        if kind == DECISION:
+            if entry is None:
+                return None
+            return entry.config_json() if kind == CONFIG else entry.to_json()
+        if kind in (OPEN, SETTLED):
             record = self.decisions.get(name)
-            if record is None or isinstance(record, list):
-                return record
+            if isinstance(record, bytes):
+                return record if kind == SETTLED else None
+            if record is None or record.open != (kind == OPEN):
+                return None
             return record.to_json()
         hold = self.holds.get(name)
         return None if hold is None else hold.to_json()
 
     @classmethod
     def load(
-        cls, values: Iterable[tuple[str, JSON]], retention_s: float, *, track_changes: bool = True
+        cls,
+        values: Iterable[tuple[str, bytes]],
+        retention_s: float,
+        now: float = 0.0,
+        *,
+        track_changes: bool = True,
     ) -> PartitionStore:
-        """A store holding ``values`` (from the state log), with its deadline index rebuilt."""
+        """A store holding ``values`` (JSON text, from the state log), with its deadline
+        index rebuilt. Settled decisions stay text (not even parsed): each is purged
+        ``retention_s`` after ``now`` (stream time), at the latest a retention late."""
         store = cls(track_changes=track_changes)
-        for key, value in values:
+        configs: dict[str, JSON] = {}
+        learning: dict[str, JSON] = {}
+        purge_at = now + retention_s
+        for key, raw in values:
             kind, name = key[:2], key[2:]
-            if kind == LEARNER:
-                store.learners[name] = LearnerEntry.from_json(value)
-            elif kind == DECISION:
-                if value[SETTLED_AT] is not None:  # settled: kept in log form
-                    store.decisions[name] = value
-                    store._purge_times.append((value[SETTLED_AT] + retention_s, name))
-                else:
-                    record = DecisionRecord.from_json(value)
-                    store.decisions[name] = record
-                    store.open_decisions += 1
-                    store._feedback_deadlines.append((record.deadline, name))
+            if kind == SETTLED:
+                store.decisions[name] = raw
+                store._purge_times.append((purge_at, name))
+            elif kind == OPEN:
+                record = DecisionRecord.from_json(orjson.loads(raw))
+                store.decisions[name] = record
+                store.open_decisions += 1
+                store._open_logged.add(name)
+                store._feedback_deadlines.append((record.deadline, name))
+            elif kind == CONFIG:
+                configs[name] = orjson.loads(raw)
+            elif kind == LEARNER:
+                learning[name] = orjson.loads(raw)
             elif kind == HOLD:
-                hold = Hold.from_json(value)
+                hold = Hold.from_json(orjson.loads(raw))
                 store.holds[name] = hold
                 store._hold_deadlines[hold.kind].append((hold.deadline, name))
             else:
                 raise ValueError(f"unknown state key {key!r}")
+        for name, config in configs.items():
+            store.learners[name] = LearnerEntry.from_json(config, learning[name])
         for heap in (
             store._feedback_deadlines, store._purge_times, *store._hold_deadlines.values()
         ):

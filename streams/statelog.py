@@ -56,7 +56,7 @@ FORMAT_VERSION = 1
 PART_BYTES = 512 * 1024
 # A snapshot starts when the log since the last one is this many times the last one's size
 # (recovery then reads at most about that much more than the state) ...
-SNAPSHOT_RATIO = 2.0
+SNAPSHOT_RATIO = 1.0
 # ... but not before this many bytes (small states: a snapshot per commit would be wasteful),
 SNAPSHOT_MIN_BYTES = 1 << 20
 # and at least this often while anything is written, so that a broker's retention (7 days
@@ -66,51 +66,41 @@ SNAPSHOT_MAX_AGE_S = 3600.0
 SNAPSHOT_SLICE_KEYS = 2000
 
 
-def _dumps(value: Any) -> bytes:
-    return orjson.dumps(value)
-
-
 @dataclass
 class Commit:
-    """One commit of a partition's state, as written to and read from the state log."""
+    """One commit of a partition's state, as written to and read from the state log.
+
+    ``puts`` hold each value as JSON text: a reader keeps them as text and a recovery
+    parses only the last value of each key, however often the log rewrote it.
+    """
 
     epoch: int
     seq: int
     marks: dict[str, int]
     clock: dict[str, float]
-    puts: list[tuple[str, JSON]] = field(default_factory=list)
+    puts: list[tuple[str, bytes]] = field(default_factory=list)
     deletes: list[str] = field(default_factory=list)
     outbox: list[str] = field(default_factory=list)
     claim: bool = False
     # Set on the commit that completes a snapshot: where it starts and how large it was.
     snapshot: dict[str, int] | None = None
 
-    def body(self) -> JSON:
+    def header(self) -> JSON:
         return {
             "epoch": self.epoch,
             "seq": self.seq,
             "marks": self.marks,
             "clock": self.clock,
-            "puts": self.puts,
+            "puts": [[key, len(value)] for key, value in self.puts],
             "deletes": self.deletes,
             "outbox": self.outbox,
             "claim": self.claim,
             "snapshot": self.snapshot,
         }
 
-    @classmethod
-    def from_body(cls, body: JSON) -> Commit:
-        return cls(
-            body["epoch"],
-            body["seq"],
-            body["marks"],
-            body["clock"],
-            [(key, value) for key, value in body["puts"]],
-            body["deletes"],
-            body["outbox"],
-            body["claim"],
-            body["snapshot"],
-        )
+    def values(self) -> dict[str, Any]:
+        """The puts, parsed (for audits and tests)."""
+        return {key: orjson.loads(value) for key, value in self.puts}
 
 
 @dataclass(frozen=True)
@@ -124,7 +114,7 @@ class Header:
     snapshot_at: int | None
 
     def encode(self) -> bytes:
-        return _dumps(
+        return orjson.dumps(
             {"v": FORMAT_VERSION, "e": self.epoch, "s": self.seq, "p": self.part,
              "n": self.parts, "snap": self.snapshot_at}
         )
@@ -143,8 +133,12 @@ class StateLogError(RuntimeError):
 
 
 def encode(commit: Commit, snapshot_at: int | None) -> list[tuple[bytes, bytes]]:
-    """The records (key, value) of one commit, in order."""
-    payload = zlib.compress(_dumps(commit.body()), 1)
+    """The records (key, value) of one commit, in order. A commit is the JSON header (one
+    line: orjson writes no newline), then the values' JSON text back to back."""
+    payload = zlib.compress(
+        b"".join([orjson.dumps(commit.header()), b"\n", *(value for _, value in commit.puts)]),
+        1,
+    )
     chunks = [payload[i : i + PART_BYTES] for i in range(0, len(payload), PART_BYTES)]
     return [
         (Header(commit.epoch, commit.seq, i, len(chunks), snapshot_at).encode(), chunk)
@@ -153,14 +147,24 @@ def encode(commit: Commit, snapshot_at: int | None) -> list[tuple[bytes, bytes]]
 
 
 def decode(payload: bytes) -> Commit:
-    return Commit.from_body(orjson.loads(zlib.decompress(payload)))
+    raw = zlib.decompress(payload)
+    end = raw.index(b"\n")
+    header = orjson.loads(raw[:end])
+    puts, position = [], end + 1
+    for key, length in header["puts"]:
+        puts.append((key, raw[position : position + length]))
+        position += length
+    return Commit(
+        header["epoch"], header["seq"], header["marks"], header["clock"], puts,
+        header["deletes"], header["outbox"], header["claim"], header["snapshot"],
+    )
 
 
 class LogReader:
     """Rebuilds a partition's state by reading its state log in offset order (``feed``)."""
 
     def __init__(self) -> None:
-        self.values: dict[str, JSON] = {}
+        self.values: dict[str, bytes] = {}  # JSON text, parsed by PartitionStore.load
         self.epoch = -1
         self.last: Commit | None = None  # the last complete commit
         self.snapshot: dict[str, int] | None = None  # the last complete snapshot read
@@ -251,7 +255,10 @@ class PartitionLog:
         outbox: list[str],
     ) -> list[tuple[bytes, bytes]]:
         """The records of the next commit (changes, plus a snapshot slice when one is due)."""
-        puts, completed = list(changes.puts), None
+        def dumps(value: Any) -> bytes:
+            return value if isinstance(value, bytes) else orjson.dumps(value)
+
+        puts, completed = [(key, dumps(value)) for key, value in changes.puts], None
         dump = self._dump
         if dump is None and self._snapshot_due():
             dump = self._dump = _Dump(self.next_offset, self.log_bytes, store.log_keys())
@@ -262,7 +269,7 @@ class PartitionLog:
                 if key not in written:
                     value = store.value(key)
                     if value is not None:
-                        puts.append((key, value))
+                        puts.append((key, dumps(value)))
             dump.index = end
             if end == len(dump.keys):
                 completed = {"start": dump.start_offset, "bytes": self.log_bytes - dump.start_bytes}

@@ -89,7 +89,11 @@ class PartitionRuntime:
     ) -> None:
         self.number = number
         self.settings = settings
-        store = PartitionStore.load(reader.values.items(), settings.retention_s)
+        last = reader.last
+        clock = dict(last.clock) if last else {}
+        store = PartitionStore.load(
+            reader.values.items(), settings.retention_s, max(clock.values(), default=0.0)
+        )
         self.processor = Processor(
             store,
             partition=number,
@@ -100,9 +104,8 @@ class PartitionRuntime:
             wall_clock=wall_clock,
         )
         self.log = PartitionLog(number, reader)
-        last = reader.last
         self.marks: dict[str, int] = dict(last.marks) if last else {}
-        self.clock: dict[str, float] = dict(last.clock) if last else {}
+        self.clock: dict[str, float] = clock
         self.now = max(self.clock.values(), default=0.0)
         self.committed_marks = dict(self.marks)
         self.decisions: list[str] = []
@@ -160,9 +163,9 @@ class PartitionRuntime:
 
 
 def preload_families() -> None:
-    """Import every learner family once the worker serves (on a thread): the first config
-    of a family would otherwise stall the event loop for the import (numba compiles
-    graph_cb's kernels), long enough to miss a heartbeat."""
+    """Import every learner family (on a thread, at start): the first config of a family
+    would otherwise stall the event loop for the import (numba loads graph_cb's kernels),
+    long enough to miss a heartbeat."""
     for family in FAMILIES:
         with contextlib.suppress(LearnerError):
             algorithms(family)
@@ -212,7 +215,6 @@ class Worker:
         self._commit_wanted = asyncio.Event()
         self._committed = asyncio.Event()
         self._recovering: asyncio.Task[None] | None = None
-        self._preloaded = False
         self._waiting_events = 0
         self._last_offset_commit = 0.0
         self.consumer: AIOKafkaConsumer
@@ -250,6 +252,8 @@ class Worker:
             client_id=f"{s.app_id}-state-reader",
         )
         server = self._serve_http()
+        # While the group forms (a second or more, mostly waiting), not while serving.
+        threading.Thread(target=preload_families, name="preload", daemon=True).start()
         await self.producer.start()
         await self.reader.start()
         await self.consumer.start()
@@ -480,7 +484,10 @@ class Worker:
             for number, reader in readers.items():
                 if generation != self.generation:
                     return
-                part = PartitionRuntime(number, reader, self.settings, self.sink, self.wall_now)
+                # Parsing the state is CPU work: on a thread, so that heartbeats go on.
+                part = await asyncio.to_thread(
+                    PartitionRuntime, number, reader, self.settings, self.sink, self.wall_now
+                )
                 if reader.last is not None and not reader.last.claim and reader.last.outbox:
                     # The last commit's decisions may not have gone out before the crash.
                     await self._send_all(
@@ -532,9 +539,6 @@ class Worker:
         part.active = True
         self.active = self.active | {part.number}
         consumer.resume(*tps)
-        if not self._preloaded:
-            self._preloaded = True
-            threading.Thread(target=preload_families, name="preload", daemon=True).start()
 
     def wall_now(self) -> float:
         """The wall clock as of the current batch (one lookup per batch, not per event)."""

@@ -1,8 +1,8 @@
 """The state layer side by side: banditflow's worker against a no-op Faust agent, one broker.
 
 Everything runs on one embedded broker (Tansu), 4 partitions per topic, fresh topics and
-app ids per measurement, a fresh worker / agent process per measurement (its start-up is not
-timed). Measured:
+app ids per measurement, a fresh worker / agent process per measurement (not timed: its
+start-up, and the seconds until it is idle, see ``settle``). Measured:
 
 (a) reference: ``noop_agent.py``, the simplest Faust agent (one record in, one record out);
 (b) banditflow, one conformal SPS learner, K = 20 labels;
@@ -304,6 +304,27 @@ async def topic_bytes(bootstrap: str, topic: str) -> tuple[int, int]:
 
 
 # ---------------------------------------------------------------------------- processes
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def settle(pid: int, timeout_s: float = 60.0, window_s: float = 0.5) -> float:
+    """Wait until process ``pid`` uses under 15% of a CPU in two windows in a row, and return
+    how long that took. A worker that just became ready still imports the learner families
+    on a thread (numba compiles graph_cb's kernels) and runs ~40% slower meanwhile; Faust
+    settles after its join: timing starts on a quiet process."""
+    started = time.monotonic()
+    quiet, last = 0, cpu_seconds(pid)
+    while quiet < 2 and time.monotonic() - started < timeout_s:
+        await asyncio.sleep(window_s)
+        now = cpu_seconds(pid)
+        quiet = quiet + 1 if now - last < 0.15 * window_s else 0
+        last = now
+    return time.monotonic() - started
+
+
 class Run:
     """Fresh names and the log directory of one benchmark run."""
 
@@ -460,6 +481,7 @@ async def measure_agent(run: Run, workload: Workload) -> Phases:
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"the no-op agent did not come up (see {prefix}.log)")
                 await asyncio.sleep(0.05)
+            settled = await settle(process.pid)
             n = len(workload.contexts)
 
             async def outputs() -> float:
@@ -471,7 +493,7 @@ async def measure_agent(run: Run, workload: Workload) -> Phases:
     finally:
         await client.stop()
         await asyncio.to_thread(stop, process)
-    return Phases(len(workload.contexts), t1, t2)
+    return Phases(len(workload.contexts), t1, t2, extra={"settle_s": settled})
 
 
 async def measure_banditflow(run: Run, workload: Workload) -> Phases:
@@ -482,6 +504,7 @@ async def measure_banditflow(run: Run, workload: Workload) -> Phases:
     try:
         await worker.ready()
         await worker.create(client, workload.configs)
+        settled = await settle(worker.process.pid)
         n = len(workload.contexts)
         final: dict[str, str] = {}
 
@@ -499,7 +522,7 @@ async def measure_banditflow(run: Run, workload: Workload) -> Phases:
         state = value(text, "banditflow_state_log_bytes_total")
         commits = sum(v for (name, _), v in samples(text).items()
                       if name == "banditflow_commits_total")
-        return Phases(n, t1, t2, state, {"commits": commits})
+        return Phases(n, t1, t2, state, {"commits": commits, "settle_s": settled})
     finally:
         await client.stop()
         await asyncio.to_thread(worker.stop)
@@ -538,6 +561,7 @@ async def measure_latency(run: Run, rate: float, duration_s: float) -> dict[str,
     try:
         await worker.ready()
         await worker.create(contexts_client, [sps_config("lat")])
+        await settle(worker.process.pid)
         async with Reader(run.bootstrap, worker.topics.decisions, on_decision) as reader:
             started = time.monotonic()
             for i, (lid, eid, raw) in enumerate(contexts):
@@ -580,7 +604,7 @@ async def measure_memory(run: Run, learners: int) -> dict[str, Any]:
     await client.start()
     try:
         await worker.ready()
-        await asyncio.sleep(1.0)  # let the start-up settle
+        await settle(worker.process.pid)  # (the learner families are imported by then)
         before = worker.rss()
         ids = [f"m{i}" for i in range(learners)]
         await worker.create(client, [sps_config(i) for i in ids])
@@ -667,6 +691,7 @@ async def measure_recovery(run: Run, learners: int, events: int) -> dict[str, An
     try:
         await worker.ready()
         await worker.create(client, [sps_config(i) for i in ids])
+        await settle(worker.process.pid)
         async with Reader(run.bootstrap, worker.topics.decisions) as reader:
             rate = await drive_history(worker, client, reader, ids, events, chunk=20_000)
             # Quiescent: nothing left to commit once the feedback count and the bytes settle.
@@ -848,20 +873,25 @@ async def run_brokered(settings: Settings, run: Run, results: dict[str, Any]) ->
         print(f"recovery: {results['h'][-1]}", flush=True)
 
 
+SOURCES = ("processors", "streams", "learners", "schemas")
+
+
+def source_digest() -> str:
+    """A digest of the measured code (every .py file of the packages), committed or not."""
+    digest = hashlib.sha1()
+    for path in sorted(p for name in SOURCES for p in (HERE.parents[1] / name).rglob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:10]
+
+
 def code_version() -> str:
-    """The commit measured, and a digest of uncommitted changes if any."""
-    root = HERE.parents[1]
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=root, capture_output=True, text=True, check=False
-        ).stdout.strip()
-
-    head = git("rev-parse", "--short", "HEAD") or "unknown"
-    diff = git("diff", "HEAD", "--", "processors", "streams", "learners", "schemas")
-    if not diff:
-        return head
-    return f"{head} + uncommitted changes {hashlib.sha1(diff.encode()).hexdigest()[:8]}"
+    """The commit, whether the packages differ from it, and the digest of their sources."""
+    git = ["git", "-C", str(HERE.parents[1])]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True, check=False).stdout.strip() or "unknown"
+    dirty = subprocess.run([*git, "status", "--porcelain", "--", *SOURCES],
+                           capture_output=True, text=True, check=False).stdout.strip()
+    return f"{head}{' + uncommitted changes' if dirty else ''}, sources {source_digest()}"
 
 
 def run_benchmark(settings: Settings) -> str:
@@ -881,8 +911,8 @@ def run_benchmark(settings: Settings) -> str:
     with EmbeddedBroker(port=free_port(), log_path=logs / "broker.log") as broker:
         asyncio.run(run_brokered(settings, Run(broker.bootstrap, logs), results))
     results["wall_s"] = time.monotonic() - started
-    if (now := code_version()) != results["code"]:
-        results["code"] += f", CHANGED during the run to {now}"
+    if (now := source_digest()) not in results["code"]:
+        results["code"] += f", CHANGED during the run to sources {now}"
     text = table(results)
     heading = (
         f"State layer benchmark: N = {settings.events:,} contexts per run, "

@@ -194,11 +194,10 @@ def learner_entries(broker: EmbeddedBroker) -> Callable[[str, str], list[dict[st
     def entries(app_id: str, learner_id: str) -> list[dict[str, Any]]:
         commits = asyncio.run(read_commits(broker.bootstrap, state_topic(app_id)))
         return [
-            value
+            commit.values()[f"l/{learner_id}"]
             for partition in commits.values()
             for _, commit in partition
-            for key, value in commit.puts
-            if key == f"l/{learner_id}"
+            if f"l/{learner_id}" in commit.values()
         ]
 
     return entries
@@ -209,7 +208,7 @@ def final_state(commits: dict[int, list[tuple[int, Commit]]]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for partition in commits.values():
         for _, commit in partition:
-            values.update(commit.puts)
+            values.update(commit.values())
             for key in commit.deletes:
                 values.pop(key, None)
     return values

@@ -62,10 +62,6 @@ LEARNERS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def changelog(reader_values: list[dict[str, Any]], learner_id: str) -> list[dict[str, Any]]:
-    return [v for v in reader_values if v and v.get("config", {}).get("learner_id") == learner_id]
-
-
 def test_budget_and_exactly_once_through_kill_minus_nine(
     broker, start_worker, producer: KafkaProducer, read_topic, wait_until, learner_entries
 ) -> None:
@@ -168,12 +164,12 @@ def test_budget_and_exactly_once_through_kill_minus_nine(
     except AssertionError:
         pass  # the checks below say what is missing
     commits = asyncio.run(read_commits(broker.bootstrap, state_topic(PREFIX)))
-    values = [
-        value for partition in commits.values() for _, commit in partition
-        for key, value in commit.puts if key.startswith("l/")
-    ]
+    values = {lid: [commit.values()[f"l/{lid}"] for partition in commits.values()
+                    for _, commit in partition if f"l/{lid}" in commit.values()]
+              for lid in LEARNERS}
     dump = {"decisions": decisions.poll(), "dead": deadletter.poll(),
-            "commits": {p: [(o, c.body()) for o, c in cs] for p, cs in commits.items()},
+            "commits": {p: [(o, c.header(), c.values()) for o, c in cs]
+                        for p, cs in commits.items()},
             "sent": sorted(sent_parts)}
     (Path(tempfile.gettempdir()) / "deferral-crash-dump.json").write_text(json.dumps(dump))
     # A restarted worker resumes where the last commit left: the input marks of the commits
@@ -191,7 +187,7 @@ def test_budget_and_exactly_once_through_kill_minus_nine(
     # 1. The budget was never exceeded, not even transiently in a written state.
     max_committed = {}
     for lid in LEARNERS:
-        entries = changelog(values, lid)
+        entries = values[lid]
         committed = [e["state"]["spent"] + e["state"]["reserved"] for e in entries]
         max_committed[lid] = max(committed)
         assert max(committed) <= BUDGET + 1e-9, (lid, max(committed))
@@ -204,8 +200,9 @@ def test_budget_and_exactly_once_through_kill_minus_nine(
     print(
         f"\ncrash test: {kills} kills, {restarts} restarts, {total} decisions, "
         f"{sum(emissions.values()) - len(emissions)} re-emitted, {expected_parts} distinct "
-        f"feedback parts (+{duplicates_sent} duplicates sent), {len(values)} learner-state "
-        f"values in the changelog, max spent+reserved {max_committed} (B = {BUDGET}), "
+        f"feedback parts (+{duplicates_sent} duplicates sent), "
+        f"{sum(len(v) for v in values.values())} learner-state "
+        f"values in the state log, max spent+reserved {max_committed} (B = {BUDGET}), "
         f"{time.monotonic() - started:.0f}s"
     )
 
@@ -213,7 +210,7 @@ def test_budget_and_exactly_once_through_kill_minus_nine(
 def check_exactly_once(
     emitted: list[dict[str, Any]],
     first: dict[tuple[str, str], dict[str, Any]],
-    values: list[dict[str, Any]],
+    values: dict[str, list[dict[str, Any]]],
     outcomes: dict[tuple[str, str], dict[str, float]],
     expected_parts: int,
 ) -> None:
@@ -231,7 +228,7 @@ def check_exactly_once(
 
     # Every distinct feedback part was applied exactly once.
     for lid in LEARNERS:
-        final = changelog(values, lid)[-1]
+        final = values[lid][-1]
         stats, state = final["stats"], final["state"]
         ours = {eid: r for (owner, eid), r in first.items() if owner == lid}
         deferred = [eid for eid, r in ours.items() if r["output"]["defer"]]

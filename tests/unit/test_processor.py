@@ -197,14 +197,17 @@ def test_changes_hold_the_latest_value_of_each_key_once(processor: Processor) ->
     assert len(keys) == len(set(keys)) == 22  # one learner, 21 decisions
     values = dict(changes.puts)
     assert values[f"l/{LID}"]["state"]["n"] == 20  # the learner once, as of now
-    settled = DecisionRecord.from_json(values[f"d/{LID}/e3"])
-    assert settled.settled_by is Settled.FEEDBACK and settled.pending is None  # never open
+    settled = DecisionRecord.from_json(values[f"s/{LID}/e3"])  # never written open
+    assert settled.settled_by is Settled.FEEDBACK and settled.pending is None
+    assert f"d/{LID}/e3" not in values and not changes.deletes
     assert DecisionRecord.from_json(values[f"d/{LID}/open"]).pending is not None
     assert not processor.store.changes()  # nothing since
     tick(processor, 1000.0)  # the open one times out, the settled ones are purged
     changes = processor.store.changes()
-    assert len(changes.deletes) == 20
-    assert sorted(k for k, _ in changes.puts) == [f"d/{LID}/open", f"l/{LID}"]
+    assert sorted(changes.deletes) == sorted(
+        [f"s/{LID}/e{i}" for i in range(20)] + [f"d/{LID}/open"]
+    )
+    assert sorted(k for k, _ in changes.puts) == [f"l/{LID}", f"s/{LID}/open"]
 
 
 def test_contexts_of_a_learner_created_later_are_held_and_released() -> None:
