@@ -86,6 +86,12 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
         default=100,
         help="learners exported individually to Prometheus (default: %(default)s)",
     )
+    parser.add_argument(
+        "--instance-id",
+        default="",
+        help="this worker's identity across restarts (default: host name and web port); a "
+        "restarted worker removes its dead predecessor from the group at once",
+    )
     parser.add_argument("--loglevel", default="warning")
 
 
@@ -108,6 +114,7 @@ def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is l
         retention_s=args.retention,
         max_exported_learners=args.max_exported_learners,
         session_timeout_s=session,
+        instance_id=args.instance_id,
         limits=Limits(args.max_event_bytes, args.max_labels, args.max_features),
     )
 

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -33,8 +34,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import KafkaError
+from aiokafka.protocol.group import LeaveGroupRequest
 from aiokafka.structs import ConsumerRecord
 
 from learners.base import LearnerError
@@ -69,6 +72,10 @@ class WorkerSettings:
     max_exported_learners: int = 100
     limits: Limits = field(default_factory=Limits)
     session_timeout_s: float = 10.0
+    # Who this worker is across restarts (the consumer's client id): a restarted worker
+    # removes its dead predecessor from the group at once instead of waiting for its
+    # session to time out. Default: the host name and web port.
+    instance_id: str = ""
     # How long a fetch may wait for records: the embedded broker answers a fetch only when
     # this ends, even if records arrive meanwhile, so it bounds the input's latency.
     fetch_wait_ms: int = 20
@@ -162,6 +169,41 @@ class PartitionRuntime:
         return StreamTimes(time_of("learners"), time_of("contexts"), time_of("feedback"))
 
 
+async def evict_predecessors(bootstrap: str, group: str, client_id: str) -> None:
+    """Remove from ``group`` the members this worker's former incarnations left behind.
+
+    A killed worker stays in the group until its session times out, and a join meanwhile
+    waits for it (about 4 s on the embedded broker, longer with Kafka's usual timeouts).
+    Kafka names members ``<client id>-<uuid>``: those with our client id are ours, dead,
+    since we are only now starting.
+    """
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id=f"{client_id}-admin")
+    await admin.start()
+    try:
+        described = await admin.describe_consumer_groups([group])
+        # (error code, group, state, protocol type, protocol, members); only a stable group:
+        # on the embedded broker, removing a member that was killed while joining leaves the
+        # group unable to form (then the session timeout has to do it).
+        members = [
+            member[0]
+            for response in described
+            for found in response.groups
+            if found[2] == "Stable"
+            for member in found[5]
+            if member[0].startswith(client_id + "-")
+        ]
+        if members:
+            coordinator = await admin.find_coordinator(group)
+            for member in members:
+                await admin._send_request_to_node(coordinator, LeaveGroupRequest(group, member))
+                log.info("removed %s, a former incarnation of this worker, from the group",
+                         member)
+    except KafkaError as exc:  # an optimisation: the session timeout does it anyway
+        log.info("could not look for former incarnations in the group: %s", exc)
+    finally:
+        await admin.close()
+
+
 def preload_families() -> None:
     """Import every learner family (on a thread, at start): the first config of a family
     would otherwise stall the event loop for the import (numba loads graph_cb's kernels),
@@ -222,6 +264,11 @@ class Worker:
         self.reader: AIOKafkaConsumer
 
     # ------------------------------------------------------------------ lifecycle
+    @property
+    def client_id(self) -> str:
+        s = self.settings
+        return f"{s.app_id}-{s.instance_id or f'{socket.gethostname()}-{s.web_port}'}"
+
     async def run(self) -> None:
         s = self.settings
         session_ms = int(s.session_timeout_s * 1000)
@@ -243,7 +290,7 @@ class Worker:
             partition_assignment_strategy=(RangePartitionAssignor,),
             max_poll_records=s.max_batch_events,
             fetch_max_wait_ms=s.fetch_wait_ms,
-            client_id=f"{s.app_id}-worker",
+            client_id=self.client_id,
         )
         self.reader = AIOKafkaConsumer(
             bootstrap_servers=s.bootstrap,
@@ -256,6 +303,7 @@ class Worker:
         threading.Thread(target=preload_families, name="preload", daemon=True).start()
         await self.producer.start()
         await self.reader.start()
+        await evict_predecessors(s.bootstrap, s.app_id, self.client_id)
         await self.consumer.start()
         self.consumer.subscribe(self.topics.inputs(), listener=_Rebalance(self))
         loop = asyncio.get_running_loop()

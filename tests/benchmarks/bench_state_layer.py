@@ -342,9 +342,11 @@ class Run:
 class WorkerProcess:
     """A banditflow worker started with streams.demo.start_worker (app id = prefix)."""
 
-    def __init__(self, run: Run, prefix: str) -> None:
+    def __init__(self, run: Run, prefix: str, port: int | None = None) -> None:
+        """``port``: a restarted worker keeps its predecessor's web port (its identity, as
+        under a supervisor), so that it evicts the dead member from the group at once."""
         self.run, self.prefix, self.topics = run, prefix, Topics(prefix)
-        self.port = free_port()
+        self.port = port or free_port()
         self.process = start_worker(
             run.bootstrap, self.port, PARTITIONS, prefix, run.logs / f"{prefix}.log"
         )
@@ -707,7 +709,7 @@ async def measure_recovery(run: Run, learners: int, events: int) -> dict[str, An
             killed = time.monotonic()
             await client.send_and_wait(worker.topics.contexts, raw, key=lid.encode())
             await asyncio.to_thread(worker.process.wait)
-            restarted = WorkerProcess(run, prefix)  # same prefix = same app id
+            restarted = WorkerProcess(run, prefix, worker.port)  # same app id and identity
             spawned = time.monotonic()
             ready_at = await poll_ready(restarted.url, 300)
             await reader.wait(lambda: f"{lid}/{eid}" in reader.decisions, 300, "after-kill")

@@ -160,7 +160,11 @@ def test_kill_minus_nine_under_load(broker, start_worker, wait_until, state_of) 
                 worker.process.kill()
                 killed_at.append(time.time())
                 await asyncio.to_thread(worker.process.wait)
-                workers.append(start_worker(PREFIX, partitions=2, wait=False))
+                # Restarted as a supervisor would: same identity (web port), so it evicts
+                # its dead predecessor from the group instead of waiting out its session.
+                workers.append(
+                    start_worker(PREFIX, partitions=2, wait=False, web_port=worker.web_port)
+                )
 
         tasks = [asyncio.create_task(send_contexts()), asyncio.create_task(answer())]
         await kill_and_restart()
@@ -217,7 +221,8 @@ def test_kill_minus_nine_under_load(broker, start_worker, wait_until, state_of) 
         for eid, body in app.contexts.items():
             if body["learner_id"] != lid:
                 continue
-            record = DecisionRecord.from_json(final[f"d/{lid}/{eid}"])
+            assert f"d/{lid}/{eid}" not in final  # nothing left open
+            record = DecisionRecord.from_json(final[f"s/{lid}/{eid}"])
             if record.settled_by is Settled.TIMEOUT and app.feedback_at[eid] < record.deadline:
                 timeouts_unjustified.append(
                     (eid, app.sent_at[eid], app.feedback_at[eid], record.deadline)

@@ -141,7 +141,7 @@ def test_budget_and_exactly_once_through_kill_minus_nine(
             time.sleep(float(rng.uniform(0.0, 0.6)))  # kill mid-processing, at a random moment
             worker.stop(kill=True)
             kills += 1
-            worker = start_worker(PREFIX, partitions=2)
+            worker = start_worker(PREFIX, partitions=2, web_port=worker.web_port)
             restarts += 1
         else:
             wanted = len(LEARNERS) * (batch - LAG + 1) * BATCH

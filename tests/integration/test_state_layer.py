@@ -163,3 +163,18 @@ def test_timeouts_follow_stream_time_not_the_wall_clock_of_a_restart(
     ]))
     wait_until(lambda: value(worker.metrics(), "banditflow_learner_timeouts", learner_id=lid)
                == 5, timeout_s=30)
+
+
+def test_a_restarted_worker_removes_its_dead_predecessor_from_the_group(
+    broker, start_worker
+) -> None:
+    """Restarted with the same identity (web port), a worker removes the member its killed
+    predecessor left in the group, so the group forms without waiting for that member's
+    session to time out; a worker of another identity leaves the group's members alone."""
+    worker = start_worker("evict", partitions=2)
+    other = start_worker("evict", partitions=2)  # another identity: shares the partitions
+    worker.stop(kill=True)
+    restarted = start_worker("evict", partitions=2, web_port=worker.web_port)
+    removed = [line for line in restarted.log().splitlines() if "former incarnation" in line]
+    assert len(removed) == 1 and f"-{worker.web_port}-" in removed[0]
+    assert "former incarnation" not in other.log()
