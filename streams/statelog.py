@@ -1,7 +1,7 @@
 """The worker's state log: each partition's state changes, written once per commit.
 
 Topic ``<app_id>.state`` has one partition per input partition. A **commit** of partition p
-is one record (a few when large, see ``PART_BYTES``) holding, zlib-compressed JSON:
+is one record (a few when large, see ``PART_BYTES``) holding, zstd-compressed JSON:
 
 - ``puts`` / ``deletes``: the latest value of every key the partition changed since the last
   commit (learner entries ``l/<id>``, decisions ``d/<id>/<event>``, holds ``h/<id>/<event>``);
@@ -40,18 +40,22 @@ from __future__ import annotations
 
 import random
 import time
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+import zstandard
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import OffsetOutOfRangeError
 
 from learners.base import JSON
 from processors.store import Changes, PartitionStore
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# zstd at level 1: on commits of this log, a fifth smaller than zlib at level 1, three times
+# faster to write and twice as fast to read back.
+_COMPRESSOR = zstandard.ZstdCompressor(level=1)
+_DECOMPRESSOR = zstandard.ZstdDecompressor()
 # Compressed bytes per record: well below the usual 1 MB limits of brokers and producers.
 PART_BYTES = 512 * 1024
 # A snapshot starts when the log since the last one is this many times the last one's size
@@ -91,7 +95,8 @@ class Commit:
             "seq": self.seq,
             "marks": self.marks,
             "clock": self.clock,
-            "puts": [[key, len(value)] for key, value in self.puts],
+            "keys": [key for key, _ in self.puts],
+            "lengths": [len(value) for _, value in self.puts],
             "deletes": self.deletes,
             "outbox": self.outbox,
             "claim": self.claim,
@@ -135,9 +140,8 @@ class StateLogError(RuntimeError):
 def encode(commit: Commit, snapshot_at: int | None) -> list[tuple[bytes, bytes]]:
     """The records (key, value) of one commit, in order. A commit is the JSON header (one
     line: orjson writes no newline), then the values' JSON text back to back."""
-    payload = zlib.compress(
-        b"".join([orjson.dumps(commit.header()), b"\n", *(value for _, value in commit.puts)]),
-        1,
+    payload = _COMPRESSOR.compress(
+        b"".join([orjson.dumps(commit.header()), b"\n", *(value for _, value in commit.puts)])
     )
     chunks = [payload[i : i + PART_BYTES] for i in range(0, len(payload), PART_BYTES)]
     return [
@@ -146,14 +150,26 @@ def encode(commit: Commit, snapshot_at: int | None) -> list[tuple[bytes, bytes]]
     ]
 
 
-def decode(payload: bytes) -> Commit:
-    raw = zlib.decompress(payload)
+def decode(payload: bytes, into: dict[str, bytes] | None = None) -> Commit:
+    """The commit in ``payload``. With ``into``, its puts and deletes go straight into that
+    mapping instead of the returned commit (a recovery: nothing built per put but the
+    value's bytes)."""
+    raw = _DECOMPRESSOR.decompress(payload)
     end = raw.index(b"\n")
     header = orjson.loads(raw[:end])
-    puts, position = [], end + 1
-    for key, length in header["puts"]:
-        puts.append((key, raw[position : position + length]))
-        position += length
+    keys, lengths, position = header["keys"], header["lengths"], end + 1
+    puts: list[tuple[str, bytes]] = []
+    if into is None:
+        for key, length in zip(keys, lengths, strict=True):
+            puts.append((key, raw[position : position + length]))
+            position += length
+    else:
+        for key, length in zip(keys, lengths, strict=True):
+            following = position + length
+            into[key] = raw[position:following]
+            position = following
+        for key in header["deletes"]:
+            into.pop(key, None)
     return Commit(
         header["epoch"], header["seq"], header["marks"], header["clock"], puts,
         header["deletes"], header["outbox"], header["claim"], header["snapshot"],
@@ -163,7 +179,10 @@ def decode(payload: bytes) -> Commit:
 class LogReader:
     """Rebuilds a partition's state by reading its state log in offset order (``feed``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_puts: bool = False) -> None:
+        """``keep_puts``: return each commit with its puts (audits); a recovery needs only
+        the latest value of each key."""
+        self.keep_puts = keep_puts
         self.values: dict[str, bytes] = {}  # JSON text, parsed by PartitionStore.load
         self.epoch = -1
         self.last: Commit | None = None  # the last complete commit
@@ -195,22 +214,21 @@ class LogReader:
             return None
         if len(self._parts) < header.parts:
             return None
-        commit = decode(b"".join(self._parts))
+        payload = value if len(self._parts) == 1 else b"".join(self._parts)
         self._parts, self._header = [], None
-        self._apply(commit)
-        return commit
-
-    def _apply(self, commit: Commit) -> None:
+        if self.keep_puts:
+            commit = decode(payload)
+            self.values.update(commit.puts)
+            for deleted in commit.deletes:
+                self.values.pop(deleted, None)
+        else:
+            commit = decode(payload, into=self.values)
         self.epoch = max(self.epoch, commit.epoch)
-        values = self.values
-        for key, value in commit.puts:
-            values[key] = value
-        for key in commit.deletes:
-            values.pop(key, None)
         if commit.snapshot is not None:
             self.snapshot = commit.snapshot
         self.last = commit
         self.commits += 1
+        return commit
 
 
 @dataclass
@@ -388,7 +406,7 @@ async def read_commits(bootstrap: str, topic: str) -> dict[int, list[tuple[int, 
         ends = await consumer.end_offsets(tps)
         for tp, offset in (await consumer.beginning_offsets(tps)).items():
             consumer.seek(tp, offset)  # (seek_to_beginning() races with assign()'s reset)
-        readers = {p: LogReader() for p in partitions}
+        readers = {p: LogReader(keep_puts=True) for p in partitions}
         commits: dict[int, list[tuple[int, Commit]]] = {p: [] for p in partitions}
         pending = [tp for tp in tps if ends[tp] > 0]
         while pending:

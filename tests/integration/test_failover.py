@@ -87,7 +87,12 @@ def test_failover_after_kill_and_handover_after_sigterm(
         await contexts(300)
         deadline = time.monotonic() + 90
         while len(decided) < len(sent):
-            assert time.monotonic() < deadline, (len(decided), len(sent), third.log()[-2000:])
+            assert time.monotonic() < deadline, (len(decided), len(sent), "\n".join(
+                f"--- {w.log_path.name}\n" + "\n".join(
+                    line for line in w.log().splitlines()
+                    if "group_coordinator" in line or "banditflow" in line
+                )[-3000:] for w in (first, second, third)
+            ))
             await asyncio.sleep(0.2)
         answering.cancel()
         await asyncio.gather(answering, return_exceptions=True)

@@ -62,10 +62,13 @@ def test_a_commit_round_trips_and_splits_into_parts(monkeypatch) -> None:
         (7, 3, len(records), 12)
     }
     assert decode(b"".join(value for _, value in records)) == original
-    reader = LogReader()
-    completed = [reader.feed(i, key, value) for i, (key, value) in enumerate(records)]
+    audit, recovery = LogReader(keep_puts=True), LogReader()
+    completed = [audit.feed(i, key, value) for i, (key, value) in enumerate(records)]
     assert completed[:-1] == [None] * (len(records) - 1) and completed[-1] == original
-    assert parsed(reader.values) == dict(puts)
+    for i, (key, value) in enumerate(records):
+        recovery.feed(i, key, value)
+    assert parsed(audit.values) == parsed(recovery.values) == dict(puts)
+    assert recovery.last is not None and recovery.last.puts == []  # nothing kept per put
 
 
 def test_an_interrupted_commit_is_never_applied(monkeypatch) -> None:
