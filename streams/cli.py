@@ -54,9 +54,18 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--commit-interval-ms",
         type=float,
-        default=50.0,
-        help="at most this long between a decision and the commit that publishes it; a "
-        "crash redoes at most the events of one commit (default: %(default)s)",
+        default=30.0,
+        help="at most this long between a decision and the commit that publishes it: "
+        "shorter means lower latency but more state-log writes; a crash redoes at most "
+        "the events of one commit (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--fetch-wait-ms",
+        type=int,
+        default=None,
+        help="how long a fetch may wait for records (default: 20 on the embedded broker, "
+        "which holds an empty fetch this long even when records arrive meanwhile, so it "
+        "adds up to that to a decision's latency; 500 elsewhere)",
     )
     parser.add_argument(
         "--max-batch",
@@ -99,9 +108,11 @@ def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is l
     from streams.broker import is_tansu
     from streams.worker import WorkerSettings
 
-    session = args.session_timeout
-    if session is None:
-        session = 2.0 if is_tansu(args.bootstrap) else 10.0
+    session, fetch_wait = args.session_timeout, args.fetch_wait_ms
+    if session is None or fetch_wait is None:
+        tansu = is_tansu(args.bootstrap)
+        session = session if session is not None else (2.0 if tansu else 10.0)
+        fetch_wait = fetch_wait if fetch_wait is not None else (20 if tansu else 500)
     return WorkerSettings(
         bootstrap=args.bootstrap,
         app_id=args.app_id,
@@ -111,6 +122,7 @@ def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is l
         web_port=args.web_port,
         commit_interval_s=args.commit_interval_ms / 1000.0,
         max_batch_events=args.max_batch,
+        fetch_wait_ms=fetch_wait,
         retention_s=args.retention,
         max_exported_learners=args.max_exported_learners,
         session_timeout_s=session,

@@ -65,7 +65,7 @@ class WorkerSettings:
     web_port: int = 6066
     # At most this long between a decision and the commit that publishes it (under load,
     # commits follow each other as fast as the broker acknowledges them).
-    commit_interval_s: float = 0.05
+    commit_interval_s: float = 0.03
     # A commit starts early once this many events wait; the input pauses at twice as many.
     max_batch_events: int = 2000
     retention_s: float = 600.0
@@ -76,9 +76,9 @@ class WorkerSettings:
     # removes its dead predecessor from the group at once instead of waiting for its
     # session to time out. Default: the host name and web port.
     instance_id: str = ""
-    # How long a fetch may wait for records: the embedded broker answers a fetch only when
-    # this ends, even if records arrive meanwhile, so it bounds the input's latency.
-    fetch_wait_ms: int = 20
+    # How long a fetch may wait for records: the embedded broker answers an empty fetch only
+    # when this ends, even if records arrive meanwhile, so it adds to the input's latency.
+    fetch_wait_ms: int = 500
     # A caught-up stream's clock follows the wall clock, this far behind (records a
     # producer has stamped but not yet delivered must not be overtaken).
     idle_lag_s: float = 1.0
