@@ -29,6 +29,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -49,9 +50,6 @@ from streams.statelog import LogReader, PartitionLog, read_partitions
 from streams.topics import Topics, partition_for, state_topic
 
 log = logging.getLogger("banditflow.worker")
-
-STREAMS = ("learners", "contexts", "feedback", "truth")
-
 
 @dataclass(frozen=True)
 class WorkerSettings:
@@ -92,7 +90,7 @@ class PartitionRuntime:
 
     def __init__(
         self, number: int, reader: LogReader, settings: WorkerSettings, sink: PrometheusSink,
-        wall_clock: Any,
+        wall_clock: Callable[[], float],
     ) -> None:
         self.number = number
         self.settings = settings
@@ -119,7 +117,6 @@ class PartitionRuntime:
         self.context_ts: list[float] = []  # of the fresh decisions (for the latency)
         self.dead_letters: list[DeadLetter] = []
         self.active = False
-        self.events = 0
         handlers = self.processor
         self.handlers = {
             "learners": lambda key, raw, src: handlers.on_config(key, raw, src, self.now),
@@ -147,7 +144,6 @@ class PartitionRuntime:
             emitted = Emitted(dead_letters=[internal_error(exc, source, record.value, wall)])
             self.processor.sink.dead_lettered("internal_error")
         self.marks[stream] = offset + 1
-        self.events += 1
         self.take(emitted)
 
     def take(self, emitted: Emitted) -> None:
@@ -235,6 +231,7 @@ class Cut:
     context_ts: list[float]
     dead_letters: list[bytes]
     marks: dict[str, int]
+    written: bool = False  # the state log acknowledged ``state`` where this owner expected
 
 
 class Worker:
@@ -258,6 +255,7 @@ class Worker:
         self._committed = asyncio.Event()
         self._recovering: asyncio.Task[None] | None = None
         self._waiting_events = 0
+        self._unfinished: list[Cut] = []  # a commit that failed halfway, to take up again
         self._last_offset_commit = 0.0
         self.consumer: AIOKafkaConsumer
         self.producer: AIOKafkaProducer
@@ -313,9 +311,9 @@ class Worker:
         try:
             await self._consume()
         finally:
-            committer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await committer
+            self.stopping.set()
+            self._commit_wanted.set()
+            await committer  # a commit in flight completes: never cut one in half
             if self._recovering is not None:
                 self._recovering.cancel()
             with contextlib.suppress(KafkaError, OSError):
@@ -357,8 +355,10 @@ class Worker:
 
     # ------------------------------------------------------------------ commits
     async def _commit_loop(self) -> None:
+        """Commit every interval (or sooner when the input is ahead) until the worker stops;
+        a commit in flight always completes (see commit())."""
         interval = self.settings.commit_interval_s
-        while True:
+        while not self.stopping.is_set():
             started = time.monotonic()
             try:
                 await self.commit()
@@ -410,17 +410,24 @@ class Worker:
             self.sink.learner_state(learner_id, config["family"], config["algorithm"], gauges)
 
     async def commit(self) -> None:
-        """Make everything applied so far durable, then publish what it produced."""
+        """Make everything applied so far durable, then publish what it produced.
+
+        A commit that fails halfway (the broker is gone) is taken up again by the next call,
+        with the same records, before anything new is cut: a cut's changes exist nowhere
+        else, and its decisions must go out before a later commit hides its outbox.
+        """
         async with self._commit_lock:
             started = time.monotonic()
-            wall = self.wall = time.time()
-            cuts = [
-                cut
-                for part in list(self.partitions.values())
-                if part.active and (cut := self._cut(part, wall)) is not None
-            ]
-            self._waiting_events = 0
-            self._committed.set()
+            if not self._unfinished:
+                wall = self.wall = time.time()
+                self._unfinished = [
+                    cut
+                    for part in list(self.partitions.values())
+                    if part.active and (cut := self._cut(part, wall)) is not None
+                ]
+                self._waiting_events = 0
+                self._committed.set()
+            cuts = self._unfinished
             if not cuts:
                 return
             # Dead letters first: they depend on no state, and a crash after the state log
@@ -430,17 +437,20 @@ class Worker:
                 for cut in cuts
                 for value in cut.dead_letters
             )
-            written = []
-            for cut, offsets in zip(cuts, await self._send_state(cuts), strict=True):
-                if cut.part.log.acked(offsets):
-                    written.append(cut)
-                else:
+            for cut in cuts:
+                cut.dead_letters = []
+            unwritten = [cut for cut in cuts if not cut.written]
+            for cut, offsets in zip(unwritten, await self._send_state(unwritten), strict=True):
+                cut.written = cut.part.log.acked(offsets)
+                if not cut.written:
                     self._fenced(cut.part)
+            written = [cut for cut in cuts if cut.written]
             await self._send_all(
                 (self.topics.decisions, cut.part.number, None, value.encode())
                 for cut in written
                 for value in cut.decisions
             )
+            self._unfinished = []
             published = time.time()
             for cut in written:
                 self.sink.published([max(0.0, published - ts) for ts in cut.context_ts])
