@@ -219,6 +219,10 @@ class PartitionStore:
     def changed(self, key: str) -> bool:
         return key in self._changed
 
+    def key_count(self) -> int:
+        """How many state-log keys this partition has (``len(log_keys())``, in O(1))."""
+        return 2 * len(self.learners) + len(self.decisions) + len(self.holds)
+
     def log_keys(self) -> list[str]:
         """Every state-log key of this partition (for a snapshot)."""
         return [

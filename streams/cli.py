@@ -1,6 +1,6 @@
 """``banditflow``: the command line of banditflow.
 
-Commands: ``broker`` (embedded Kafka-protocol broker), ``worker`` (the Faust worker),
+Commands: ``broker`` (embedded Kafka-protocol broker), ``worker`` (the worker),
 ``simulate`` (a simulated application), ``demo`` (all of them plus a live summary),
 ``schemas`` (write or check the published JSON Schemas) and ``kcat`` (Debian's kcat with a
 librdkafka that speaks to every broker banditflow supports).
@@ -42,14 +42,15 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--app-id",
         default="banditflow",
-        help="Faust app id = consumer group (default: %(default)s)",
+        help="consumer group; also names the state log topic <app-id>.state: workers of "
+        "one app id share the learners (default: %(default)s)",
     )
     parser.add_argument("--web-host", default="127.0.0.1", help="metrics bind host")
     parser.add_argument(
         "--web-port",
         type=int,
         default=6066,
-        help="port of /metrics and /healthz (default: %(default)s)",
+        help="port of /metrics, /ready and /healthz (default: %(default)s)",
     )
     parser.add_argument(
         "--commit-interval-ms",
@@ -84,11 +85,15 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
         "--retention",
         type=float,
         default=600.0,
-        help="seconds a settled decision is kept to dedupe re-deliveries (default: %(default)s)",
+        help="seconds of stream time a settled decision is kept to recognise a context or "
+        "feedback sent again (default: %(default)s)",
     )
-    parser.add_argument("--max-event-bytes", type=int, default=Limits.max_event_bytes)
-    parser.add_argument("--max-labels", type=int, default=Limits.max_labels)
-    parser.add_argument("--max-features", type=int, default=Limits.max_features)
+    parser.add_argument("--max-event-bytes", type=int, default=Limits.max_event_bytes,
+                        help="larger records are dead-lettered (default: %(default)s)")
+    parser.add_argument("--max-labels", type=int, default=Limits.max_labels,
+                        help="labels per conformal context (default: %(default)s)")
+    parser.add_argument("--max-features", type=int, default=Limits.max_features,
+                        help="numbers in a context's features or graph (default: %(default)s)")
     parser.add_argument(
         "--max-exported-learners",
         type=int,
@@ -101,7 +106,7 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
         help="this worker's identity across restarts (default: host name and web port); a "
         "restarted worker removes its dead predecessor from the group at once",
     )
-    parser.add_argument("--loglevel", default="warning")
+    parser.add_argument("--loglevel", default="warning", help="(default: %(default)s)")
 
 
 def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is lazy: aiokafka)

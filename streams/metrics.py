@@ -129,6 +129,13 @@ class PrometheusSink(Sink):
             "banditflow_commits", "Commits written to the state log, per partition",
             ("partition",), registry=r,
         )
+        self.state_keys = Gauge(
+            "banditflow_state_keys",
+            "Keys in a partition's state (learners twice, decisions kept, holds): what a "
+            "recovery reads, about",
+            ("partition",),
+            registry=r,
+        )
         self.commit_seconds = Histogram(
             "banditflow_commit_seconds",
             "Time from a commit's cut to its decisions being acknowledged by the broker",

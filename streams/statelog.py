@@ -139,13 +139,25 @@ class StateLogError(RuntimeError):
 
 def encode(commit: Commit, snapshot_at: int | None) -> list[tuple[bytes, bytes]]:
     """The records (key, value) of one commit, in order. A commit is the JSON header (one
-    line: orjson writes no newline), then the values' JSON text back to back."""
+    line: orjson writes no newline), then the values' JSON text back to back.
+
+    Each record names the latest snapshot complete without this commit (``snapshot_at``),
+    except the last one: whoever reads it has the whole commit, so when the commit completes
+    a snapshot, that is the one it names (an idle partition's tail then names it too).
+    """
     payload = _COMPRESSOR.compress(
         b"".join([orjson.dumps(commit.header()), b"\n", *(value for _, value in commit.puts)])
     )
     chunks = [payload[i : i + PART_BYTES] for i in range(0, len(payload), PART_BYTES)]
+    last = len(chunks) - 1
+    completes = commit.snapshot["start"] if commit.snapshot is not None else snapshot_at
     return [
-        (Header(commit.epoch, commit.seq, i, len(chunks), snapshot_at).encode(), chunk)
+        (
+            Header(
+                commit.epoch, commit.seq, i, len(chunks), completes if i == last else snapshot_at
+            ).encode(),
+            chunk,
+        )
         for i, chunk in enumerate(chunks)
     ]
 
@@ -253,6 +265,7 @@ class PartitionLog:
         self.next_offset = reader.end_offset  # where our next record must land
         self.snapshot_at = None if reader.snapshot is None else reader.snapshot["start"]
         self.snapshot_bytes = 0 if reader.snapshot is None else reader.snapshot["bytes"]
+        self.snapshot_keys = len(reader.values)  # (about: what the last snapshot held)
         # Bytes of the log since the snapshot (all of it without one): what a recovery reads.
         self.log_bytes = reader.bytes_read
         self.snapshot_start_bytes = 0
@@ -278,7 +291,7 @@ class PartitionLog:
 
         puts, completed = [(key, dumps(value)) for key, value in changes.puts], None
         dump = self._dump
-        if dump is None and self._snapshot_due():
+        if dump is None and self._snapshot_due(store.key_count()):
             dump = self._dump = _Dump(self.next_offset, self.log_bytes, store.log_keys())
         if dump is not None:
             written = {key for key, _ in puts} | set(changes.deletes)
@@ -305,10 +318,12 @@ class PartitionLog:
         self._inflight = (len(records), size, completed)
         return records
 
-    def _snapshot_due(self) -> bool:
+    def _snapshot_due(self, keys: int) -> bool:
         since = self.log_bytes - self.snapshot_start_bytes
         if since >= max(SNAPSHOT_MIN_BYTES, SNAPSHOT_RATIO * self.snapshot_bytes):
             return True
+        if keys * 4 < self.snapshot_keys and since >= SNAPSHOT_MIN_BYTES / 16:
+            return True  # the state shrank: a recovery would read the old, larger snapshot
         return since > 0 and time.monotonic() - self.snapshot_started >= SNAPSHOT_MAX_AGE_S
 
     def acked(self, offsets: list[int]) -> bool:
@@ -325,6 +340,7 @@ class PartitionLog:
         if completed is not None and self._dump is not None:
             self.snapshot_at = completed["start"]
             self.snapshot_bytes = completed["bytes"] + size
+            self.snapshot_keys = len(self._dump.keys)
             self.snapshot_start_bytes = self._dump.start_bytes
             self.snapshot_started = time.monotonic()
             self._dump = None

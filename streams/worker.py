@@ -140,7 +140,11 @@ class PartitionRuntime:
         try:
             emitted = self.handlers[stream](key, record.value, source)
         except Exception as exc:  # a bug must not stop the worker: dead-letter and go on
-            log.exception("internal error on %s[%s]@%s", record.topic, record.partition, offset)
+            if INTERNAL_ERRORS.allow(wall):
+                log.exception(
+                    "internal error on %s[%s]@%s%s", record.topic, record.partition, offset,
+                    INTERNAL_ERRORS.suppressed_note(),
+                )
             emitted = Emitted(dead_letters=[internal_error(exc, source, record.value, wall)])
             self.processor.sink.dead_lettered("internal_error")
         self.marks[stream] = offset + 1
@@ -207,6 +211,32 @@ def preload_families() -> None:
     for family in FAMILIES:
         with contextlib.suppress(LearnerError):
             algorithms(family)
+
+
+class Throttle:
+    """At most one log line every ``every_s`` seconds; says how many were left out."""
+
+    def __init__(self, every_s: float) -> None:
+        self.every_s = every_s
+        self.last = float("-inf")
+        self.suppressed = 0
+
+    def allow(self, now: float) -> bool:
+        if now - self.last < self.every_s:
+            self.suppressed += 1
+            return False
+        self.last = now
+        return True
+
+    def suppressed_note(self) -> str:
+        note = f" ({self.suppressed} more since the last report)" if self.suppressed else ""
+        self.suppressed = 0
+        return note
+
+
+# Internal errors are dead-lettered one by one (with the exception); the log gets a sample.
+INTERNAL_ERRORS = Throttle(every_s=10.0)
+COMMIT_FAILURES = Throttle(every_s=10.0)
 
 
 def internal_error(exc: Exception, source: Source, raw: bytes | None, wall: float) -> DeadLetter:
@@ -363,7 +393,9 @@ class Worker:
             try:
                 await self.commit()
             except (KafkaError, OSError) as exc:
-                log.warning("commit failed, retrying: %s", exc)
+                if COMMIT_FAILURES.allow(time.monotonic()):
+                    log.warning("commit failed, retrying: %s%s", exc,
+                                COMMIT_FAILURES.suppressed_note())
                 await asyncio.sleep(min(1.0, 10 * interval))
                 continue
             left = interval - (time.monotonic() - started)
@@ -384,6 +416,7 @@ class Worker:
         processor = part.processor
         part.take(processor.on_tick(part.times(wall, self._caught_up(part))))
         changes = processor.store.changes()
+        self.sink.state_keys.labels(str(part.number)).set(processor.store.key_count())
         if (
             not changes
             and not part.decisions

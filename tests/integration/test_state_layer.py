@@ -8,13 +8,14 @@ import json
 import time
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 import streams.statelog as statelog
 from processors import Processor, Source
-from streams.scrape import value
+from streams.scrape import samples, value
 from streams.statelog import LogReader, PartitionLog, read_partitions
 from streams.topics import Topics, ensure_topics, state_topic
 
@@ -178,3 +179,51 @@ def test_a_restarted_worker_removes_its_dead_predecessor_from_the_group(
     removed = [line for line in restarted.log().splitlines() if "former incarnation" in line]
     assert len(removed) == 1 and f"-{worker.web_port}-" in removed[0]
     assert "former incarnation" not in other.log()
+
+
+def test_a_restart_reads_the_state_not_the_history(broker, start_worker, wait_until) -> None:
+    """A long history with a small state (settled decisions kept 2 s): the restarted worker
+    reads a small part of its state log (from the latest snapshot), not all of it."""
+    prefix, lid, events = "history", "hi", 50_000
+    args = ["--retention", "2"]
+    worker = start_worker(prefix, partitions=2, extra_args=args)
+    topics = worker.topics
+
+    async def drive() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=20,
+                                    max_batch_size=1 << 20)
+        await producer.start()
+        await producer.send(topics.learners, json.dumps(
+            {"learner_id": lid, "family": "conformal", "algorithm": "sps",
+             "params": {"alpha": 0.9, "schedule": "anytime", "max_values": 64}}
+        ).encode(), lid.encode())
+        labels = [f"label-{j}" for j in range(20)]
+        scores = np.random.default_rng(5).normal(size=(events, 20)).round(6).tolist()
+        for i in range(events):  # contexts first: every decision is written open ...
+            body = {"learner_id": lid, "event_id": f"e{i}", "labels": labels,
+                    "scores": scores[i]}
+            await producer.send(topics.contexts, json.dumps(body).encode(), lid.encode())
+        for i in range(events):  # ... then settled, then purged
+            await producer.send(topics.feedback, json.dumps(
+                {"learner_id": lid, "event_id": f"e{i}", "missed": True}
+            ).encode(), lid.encode())
+        await producer.stop()
+
+    asyncio.run(drive())
+    wait_until(lambda: value(worker.metrics(), "banditflow_learner_feedback", learner_id=lid)
+               == events, timeout_s=120)
+
+    def state_keys() -> float:
+        return sum(v for (name, _), v in samples(worker.metrics()).items()
+                   if name == "banditflow_state_keys")
+
+    wait_until(lambda: state_keys() < 10)  # the settled decisions expired (2 s)
+    time.sleep(0.5)  # the commit that says so
+    written = value(worker.metrics(), "banditflow_state_log_bytes_total")
+    worker.stop(kill=True)
+    restarted = start_worker(prefix, partitions=2, extra_args=args, web_port=worker.web_port)
+    text = restarted.metrics()
+    read = sum(v for (name, _), v in samples(text).items() if name == "banditflow_recovery_bytes")
+    print(f"state log {written:.0f} bytes, the restart read {read:.0f}")
+    assert written > 1_000_000  # a history of megabytes ...
+    assert read < written / 10  # ... of which a restart reads a small part
