@@ -44,6 +44,7 @@ from aiokafka.structs import ConsumerRecord
 from learners.base import LearnerError
 from learners.registry import FAMILIES, algorithms
 from processors import Emitted, PartitionStore, Processor, Source, StreamTimes
+from processors.store import Changes
 from schemas import DeadLetter, Limits
 from streams.metrics import CONTENT_TYPE, PrometheusSink
 from streams.statelog import LogReader, PartitionLog, read_partitions
@@ -117,6 +118,7 @@ class PartitionRuntime:
         self.context_ts: list[float] = []  # of the fresh decisions (for the latency)
         self.dead_letters: list[DeadLetter] = []
         self.active = False
+        self.unsealed = False  # the last commit published decisions (see Worker.seal)
         handlers = self.processor
         self.handlers = {
             "learners": lambda key, raw, src: handlers.on_config(key, raw, src, self.now),
@@ -348,6 +350,7 @@ class Worker:
                 self._recovering.cancel()
             with contextlib.suppress(KafkaError, OSError):
                 await self.commit()
+                await self.seal()
             await self.consumer.stop()  # leaves the group: the partitions move at once
             await self.reader.stop()
             await self.producer.stop()
@@ -488,11 +491,31 @@ class Worker:
             for cut in written:
                 self.sink.published([max(0.0, published - ts) for ts in cut.context_ts])
                 cut.part.committed_marks = cut.marks
+                cut.part.unsealed = bool(cut.decisions)
                 self.sink.commits.labels(str(cut.part.number)).inc()
                 self.sink.state_log_bytes.inc(sum(len(v) for _, v in cut.state))
             self.sink.commit_seconds.observe(time.monotonic() - started)
             self.sink.flush()
             await self._commit_offsets(written)
+
+    async def seal(self) -> None:
+        """Before a partition leaves cleanly: if its last commit published decisions, write
+        one more, empty, so that the next owner does not publish them again (it does when a
+        worker died, not knowing whether they went out)."""
+        async with self._commit_lock:
+            if self._unfinished:
+                return  # the last commit did not complete: its decisions must go again
+            cuts = []
+            for part in self.partitions.values():
+                # (only right after a commit: nothing applied since that it would omit)
+                if part.active and part.unsealed and part.marks == part.committed_marks:
+                    records = part.log.commit(
+                        part.processor.store, Changes(), dict(part.marks), dict(part.clock), []
+                    )
+                    cuts.append(Cut(part, records, [], [], [], dict(part.marks)))
+            for cut, offsets in zip(cuts, await self._send_state(cuts), strict=True):
+                if cut.part.log.acked(offsets):
+                    cut.part.unsealed = False
 
     async def _send_state(self, cuts: list[Cut]) -> list[list[int]]:
         futures = [
@@ -639,6 +662,7 @@ class Worker:
         self.generation += 1
         with contextlib.suppress(KafkaError, OSError):
             await self.commit()
+            await self.seal()
         for number in {tp.partition for tp in revoked}:
             part = self.partitions.get(number)
             if part is not None:

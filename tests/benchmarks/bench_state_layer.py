@@ -8,8 +8,9 @@ start-up, and the seconds until it is idle, see ``settle``). Measured:
 (b) banditflow, one conformal SPS learner, K = 20 labels;
 (c) as (b), 1,000 conformal learners, contexts round-robin over them;
 (d) as (b), one graph_cb learner (squarecb_g, linear oracle), K = 10 actions;
-    each in two phases: N contexts produced as fast as possible (a backlog), timed until all
-    N decisions are on the decisions topic (t1); then one feedback per decision, timed until
+    each in two phases: N contexts produced as fast as possible (a backlog), timed until the
+    first decision is on the decisions topic (decisions flow while the backlog is read, not
+    once it runs out) and until all N are (t1); then one feedback per decision, timed until
     all N are applied (t2; the worker's /metrics; for the agent, N more outputs).
     events/s = 2N / (t1 + t2); decisions/s with their feedback = N / (t1 + t2).
     (a) and (b) alternate (a, b, a, b, ...) for R rounds, so (b)/(a) is a per-pair ratio;
@@ -23,7 +24,13 @@ start-up, and the seconds until it is idle, see ``settle``). Measured:
 (h) recovery: kill -9 after a history of 10^5 (and 10^6) events over 1,000 learners, then
     restart: kill -> /ready, kill -> the decision of a context produced right after the kill,
     bytes read by the recovery, bytes in the state topic;
-(i) in-process: ``Processor.on_tick`` with 10^4 learners and 10^5 open decisions, nothing due.
+(i) in-process: ``Processor.on_tick`` with 10^4 learners and 10^5 open decisions, nothing due;
+(j) failover: two workers of one app id (8 SPS learners over the 4 partitions, 200 contexts/s,
+    feedback at once); kill -9 of one -> the first decision of a context produced after the
+    kill on a partition it owned (the survivor takes over after the session timeout); then a
+    third worker joins, SIGTERM of the other -> the same, for a context produced after it
+    left the group (until then it still decides what it fetched); every context decided, no
+    dead letters, the learners' counts of decisions and feedback checked against the load.
 
 Prints one markdown table and writes it, with the raw numbers, to runs/bench/state_layer.md
 and .json (logs of every process in runs/bench/state_layer-logs/). Asserts correctness only
@@ -41,7 +48,10 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
+import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -56,12 +66,13 @@ from typing import Any
 import numpy as np
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 
 from processors import PartitionStore, Processor, Source, StreamTimes
 from streams.broker import EmbeddedBroker, free_port
 from streams.demo import start_worker, stop, wait_until_ready
 from streams.scrape import fetch, samples, value
-from streams.topics import Topics, ensure_topics, state_topic
+from streams.topics import Topics, ensure_topics, partition_for, state_topic
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE.parents[1] / "runs" / "bench"
@@ -84,6 +95,8 @@ class Settings:
     tick_learners: int = 10_000
     tick_decisions: int = 100_000
     tick_calls: int = 1_000
+    failover_learners: int = 8
+    failover_rate: float = 200.0
 
     @classmethod
     def make(cls, quick: bool, rounds: int | None, events: int | None) -> Settings:
@@ -223,8 +236,9 @@ class Reader:
         self.distinct = 0
         self.records = 0
         self.warmups = 0
-        # time.monotonic() of the batch that brought the latest new (learner, event) / record
-        self.last_new = self.last_record = 0.0
+        # time.monotonic() of the batch that brought the first / latest new (learner, event),
+        # and the latest record
+        self.first_new = self.last_new = self.last_record = 0.0
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -261,6 +275,7 @@ class Reader:
                         self.decisions[key] = body
                         self.distinct += 1
                         self.last_new = mono
+                        self.first_new = self.first_new or mono
                         if self.on_new is not None:
                             await self.on_new(body, wall)
             self._changed.set()
@@ -342,13 +357,16 @@ class Run:
 class WorkerProcess:
     """A banditflow worker started with streams.demo.start_worker (app id = prefix)."""
 
-    def __init__(self, run: Run, prefix: str, port: int | None = None) -> None:
+    def __init__(
+        self, run: Run, prefix: str, port: int | None = None, log: str | None = None
+    ) -> None:
         """``port``: a restarted worker keeps its predecessor's web port (its identity, as
-        under a supervisor), so that it evicts the dead member from the group at once."""
+        under a supervisor), so that it evicts the dead member from the group at once.
+        ``log``: the log file's name (default: the prefix; workers side by side need one each)."""
         self.run, self.prefix, self.topics = run, prefix, Topics(prefix)
         self.port = port or free_port()
         self.process = start_worker(
-            run.bootstrap, self.port, PARTITIONS, prefix, run.logs / f"{prefix}.log"
+            run.bootstrap, self.port, PARTITIONS, prefix, run.logs / f"{log or prefix}.log"
         )
 
     @property
@@ -433,6 +451,7 @@ class Phases:
     t2: float  # s until all N feedback were applied
     state_log_bytes: float | None = None
     extra: dict[str, float] = field(default_factory=dict)
+    first: float | None = None  # s until the first decision was read (phase 1)
 
     @property
     def events_per_s(self) -> float:
@@ -446,15 +465,16 @@ class Phases:
 async def two_phases(
     client: AIOKafkaProducer, topics: Topics, reader: Reader, workload: Workload,
     applied: Callable[[], Awaitable[float]],
-) -> tuple[float, float]:
-    """Phase 1: every context as fast as possible, until all decisions are read. Phase 2: one
-    feedback per decision as fast as possible, until ``applied()`` returns (its time)."""
+) -> tuple[float, float, float]:
+    """Phase 1: every context as fast as possible, until all decisions are read (the time of
+    the first one and of the last, t1). Phase 2: one feedback per decision as fast as
+    possible, until ``applied()`` returns (its time, t2). Returns (first, t1, t2)."""
     n = len(workload.contexts)
     started = time.monotonic()
     await produce(client, topics.contexts, ((lid, raw) for lid, _, raw in workload.contexts))
     await client.flush()
     await reader.wait(lambda: reader.distinct >= n, 300, "decisions")
-    t1 = reader.last_new - started
+    first, t1 = reader.first_new - started, reader.last_new - started
     answers = []
     for lid, eid, _ in workload.contexts:
         decision = reader.decisions[f"{lid}/{eid}"]
@@ -463,7 +483,7 @@ async def two_phases(
     await produce(client, topics.feedback, answers)
     await client.flush()
     t2 = await applied() - started
-    return t1, t2
+    return first, t1, t2
 
 
 async def measure_agent(run: Run, workload: Workload) -> Phases:
@@ -490,12 +510,12 @@ async def measure_agent(run: Run, workload: Workload) -> Phases:
                 await reader.wait(lambda: reader.records >= 2 * n, 300, "agent outputs")
                 return reader.last_record
 
-            t1, t2 = await two_phases(client, topics, reader, workload, outputs)
+            first, t1, t2 = await two_phases(client, topics, reader, workload, outputs)
             assert reader.distinct == n and reader.records == 2 * n
     finally:
         await client.stop()
         await asyncio.to_thread(stop, process)
-    return Phases(len(workload.contexts), t1, t2, extra={"settle_s": settled})
+    return Phases(len(workload.contexts), t1, t2, extra={"settle_s": settled}, first=first)
 
 
 async def measure_banditflow(run: Run, workload: Workload) -> Phases:
@@ -515,7 +535,7 @@ async def measure_banditflow(run: Run, workload: Workload) -> Phases:
             return seen
 
         async with Reader(run.bootstrap, worker.topics.decisions) as reader:
-            t1, t2 = await two_phases(client, worker.topics, reader, workload, applied)
+            first, t1, t2 = await two_phases(client, worker.topics, reader, workload, applied)
             assert reader.distinct == n, (reader.distinct, n)
         text = final["text"]
         assert worker.count(text, "contexts", "decided") == n
@@ -524,7 +544,7 @@ async def measure_banditflow(run: Run, workload: Workload) -> Phases:
         state = value(text, "banditflow_state_log_bytes_total")
         commits = sum(v for (name, _), v in samples(text).items()
                       if name == "banditflow_commits_total")
-        return Phases(n, t1, t2, state, {"commits": commits, "settle_s": settled})
+        return Phases(n, t1, t2, state, {"commits": commits, "settle_s": settled}, first)
     finally:
         await client.stop()
         await asyncio.to_thread(worker.stop)
@@ -772,6 +792,300 @@ def measure_tick(learners: int, decisions: int, calls: int) -> dict[str, Any]:
     }
 
 
+# ---------------------------------------------------------------------------- (j) failover
+def spread_learners(count: int) -> list[str]:
+    """``count`` learner ids, at most ceil(count / PARTITIONS) on a partition, every
+    partition with one at least (ids picked in order until that holds)."""
+    per = -(-count // PARTITIONS)
+    ids: list[str] = []
+    taken = [0] * PARTITIONS
+    i = 0
+    while len(ids) < count:
+        lid, i = f"f{i}", i + 1
+        if taken[p := partition_for(lid, PARTITIONS)] < per:
+            taken[p] += 1
+            ids.append(lid)
+    assert all(taken), taken
+    return ids
+
+
+class SteadyLoad:
+    """Contexts at a fixed rate, round-robin over ``ids``, in the background; remembers when
+    each was produced (time.monotonic(), taken before the send) and its partition."""
+
+    def __init__(
+        self, client: AIOKafkaProducer, topic: str, ids: Sequence[str], rate: float, seed: int
+    ) -> None:
+        self.client, self.topic, self.ids, self.rate, self.seed = client, topic, ids, rate, seed
+        self.keys: list[str] = []  # "lid/eid", in the order produced
+        self.sent: dict[str, tuple[float, int]] = {}  # key -> (time produced, partition)
+        self.truth: dict[str, str] = {}  # event id -> true label (grows with the load)
+        self._stopping = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._cursor = 0
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        """Stop after the context being produced (never half-way through a send)."""
+        self._stopping.set()
+        if self._task is not None:
+            await self._task
+        await self.client.flush()
+
+    async def _run(self) -> None:
+        started = time.monotonic()
+        i, chunk = 0, 1_000
+        contexts: list[Record] = []
+        while not self._stopping.is_set():
+            if i % chunk == 0:
+                contexts, truth = conformal_contexts(self.ids, i, chunk, self.seed, tag="j")
+                self.truth.update(truth)
+            delay = started + i / self.rate - time.monotonic()
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), timeout=delay)
+                if self._stopping.is_set():
+                    break
+            lid, eid, raw = contexts[i % chunk]
+            key = f"{lid}/{eid}"
+            self.sent[key] = (time.monotonic(), partition_for(lid, PARTITIONS))
+            self.keys.append(key)
+            await self.client.send(self.topic, raw, key=lid.encode())
+            i += 1
+
+    def decided_through(self, seen: set[str]) -> int:
+        """How many of the contexts, in the order produced, are decided without a gap."""
+        while self._cursor < len(self.keys) and self.keys[self._cursor] in seen:
+            self._cursor += 1
+        return self._cursor
+
+
+async def owned_partitions(worker: WorkerProcess) -> list[int] | None:
+    """The partitions ``worker``'s /ready lists once it is ready ("ready: partitions [a, b]"),
+    else None."""
+    try:
+        text = await asyncio.to_thread(fetch, f"{worker.url}/ready", 1.0)
+    except (urllib.error.URLError, OSError):
+        return None
+    match = re.fullmatch(r"ready: partitions \[([\d, ]*)\]", text.strip())
+    return [int(x) for x in match.group(1).split(",") if x.strip()] if match else None
+
+
+async def wait_split(workers: Sequence[WorkerProcess], timeout_s: float) -> list[list[int]]:
+    """Poll /ready until every one of ``workers`` is ready with an equal share of the
+    partitions, all of them owned; returns each one's partitions."""
+    deadline = time.monotonic() + timeout_s
+    share = PARTITIONS // len(workers)
+    while True:
+        owned = [await owned_partitions(w) for w in workers]
+        if all(o is not None and len(o) == share for o in owned) and sorted(
+            p for o in owned for p in o or []
+        ) == list(range(PARTITIONS)):
+            return [o or [] for o in owned]
+        for w in workers:
+            if w.process.poll() is not None:
+                raise RuntimeError(f"worker on port {w.port} exited ({w.process.returncode})")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no even split of the partitions within {timeout_s:.0f}s: "
+                               f"{owned}")
+        await asyncio.sleep(0.05)
+
+
+async def wait_owns_all(worker: WorkerProcess, timeout_s: float) -> float:
+    """time.monotonic() when ``worker``'s /ready first lists every partition (50 ms polls)."""
+    deadline = time.monotonic() + timeout_s
+    while await owned_partitions(worker) != list(range(PARTITIONS)):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"worker on port {worker.port}: not all partitions")
+        await asyncio.sleep(0.05)
+    return time.monotonic()
+
+
+def member_prefix(worker: WorkerProcess) -> str:
+    """How ``worker``'s member ids in its group begin (``<client id>-``, the client id being
+    the app id, host name and web port, as the worker names itself)."""
+    return f"{worker.prefix}-{socket.gethostname()}-{worker.port}-"
+
+
+async def group_members(admin: AIOKafkaAdminClient, group: str) -> list[str]:
+    """The member ids of consumer group ``group``."""
+    described = await admin.describe_consumer_groups([group])
+    # (error code, group, state, protocol type, protocol, members)
+    return [member[0] for response in described for found in response.groups
+            for member in found[5]]
+
+
+async def wait_left(admin: AIOKafkaAdminClient, worker: WorkerProcess, timeout_s: float) -> float:
+    """time.monotonic() of the first look at the group (every 50 ms) without ``worker``'s
+    member: it left (SIGTERM) or its session timed out (kill -9)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        asked = time.monotonic()
+        members = await group_members(admin, worker.prefix)
+        if not any(m.startswith(member_prefix(worker)) for m in members):
+            return asked
+        if asked > deadline:
+            raise TimeoutError(f"{member_prefix(worker)}* still in group {worker.prefix}")
+        await asyncio.sleep(0.05)
+
+
+async def measure_failover(run: Run, learners: int, rate: float) -> dict[str, Any]:
+    prefix = run.fresh("fail")
+    topics = Topics(prefix)
+    ids = spread_learners(learners)
+    contexts_client, feedback_client = producer(run.bootstrap, 0), producer(run.bootstrap, 0)
+    admin = AIOKafkaAdminClient(bootstrap_servers=run.bootstrap)
+    await contexts_client.start()
+    await feedback_client.start()
+    await admin.start()
+    load = SteadyLoad(contexts_client, topics.contexts, ids, rate, seed=13)
+    answer = conformal_answer(load.truth)
+    decided_at: dict[str, float] = {}  # key -> time.monotonic() the decision was read
+
+    async def on_decision(decision: dict[str, Any], _wall: float) -> None:
+        lid, eid = decision["learner_id"], decision["event_id"]
+        decided_at[f"{lid}/{eid}"] = time.monotonic()
+        await feedback_client.send(
+            topics.feedback, answer(lid, eid, decision["output"]), key=lid.encode()
+        )
+
+    async def caught_up(reader: Reader, lag_s: float = 1.0) -> None:
+        """Until every context produced more than ``lag_s`` ago is decided."""
+
+        def done() -> bool:
+            n = load.decided_through(reader.seen)
+            return n == len(load.keys) or load.sent[load.keys[n]][0] > time.monotonic() - lag_s
+
+        await reader.wait(done, 120, "steady load")
+
+    async def fail(
+        reader: Reader, victim: WorkerProcess, survivor: WorkerProcess, partitions: list[int],
+        how: Callable[[], None],
+    ) -> dict[str, Any]:
+        """``how`` to ``victim``; wait until ``survivor`` owns every partition, the victim
+        has exited and every context produced until 2 s later is decided. "Decisions again":
+        the first decision on one of the victim's ``partitions`` of a context produced after
+        the kill, or for a SIGTERM after the victim left the group (a stopping worker still
+        decides what it fetched before the signal, and a little after: that is not the
+        survivor taking over; ``to_first_decision_any_s`` counts those too)."""
+        members = await group_members(admin, prefix)
+        assert any(m.startswith(member_prefix(victim)) for m in members), members
+        how()
+        since = time.monotonic()
+        left = asyncio.create_task(wait_left(admin, victim, 120))
+        owns = asyncio.create_task(wait_owns_all(survivor, 120))
+
+        def reap() -> float:
+            victim.process.wait(60)
+            return time.monotonic()
+
+        exited = asyncio.create_task(asyncio.to_thread(reap))
+        owns_all, left_at, exited_at = await owns, await left, await exited
+        await asyncio.sleep(2.0)  # the steady load goes on; then all of it decided
+        await caught_up(reader, lag_s=0.5)
+        produced = len(load.keys)
+        await reader.wait(lambda: load.decided_through(reader.seen) >= produced, 120,
+                          "contexts of the failover")
+        since_then = [k for k in load.keys[:produced] if load.sent[k][0] >= since]
+        cutoff = since if victim.process.returncode == -signal.SIGKILL else left_at
+
+        def first_decision(after: float) -> float:
+            return min(decided_at[k] for k in since_then
+                       if load.sent[k][0] >= after and load.sent[k][1] in partitions) - since
+
+        def longest_wait(on_victim: bool) -> float:
+            return max((decided_at[k] - load.sent[k][0] for k in since_then
+                        if (load.sent[k][1] in partitions) == on_victim), default=0.0)
+
+        return {
+            "victim_partitions": partitions,
+            "to_decision_s": first_decision(cutoff),
+            "to_first_decision_any_s": first_decision(since),
+            "to_survivor_owns_all_s": owns_all - since,
+            "to_victim_left_group_s": left_at - since,
+            "to_victim_exited_s": exited_at - since,
+            # decision read - context produced, of the contexts produced since
+            "longest_wait_victim_partitions_s": longest_wait(True),
+            "longest_wait_other_partitions_s": longest_wait(False),
+            "contexts_produced": produced,  # since the load started
+            "contexts_decided": sum(k in reader.seen for k in load.keys[:produced]),
+        }
+
+    a = WorkerProcess(run, prefix, log=f"{prefix}-A")
+    workers = [a]
+    try:
+        await a.ready()
+        await a.create(contexts_client, [sps_config(i) for i in ids])
+        b = WorkerProcess(run, prefix, log=f"{prefix}-B")
+        workers.append(b)
+        await wait_split([a, b], 120)
+        await settle(a.process.pid, timeout_s=15)
+        await settle(b.process.pid, timeout_s=15)
+        async with Reader(run.bootstrap, topics.decisions, on_decision) as reader:
+            load.start()
+            await asyncio.sleep(2.0)
+            await caught_up(reader)
+            a_parts, _ = await wait_split([a, b], 10)
+            kill = await fail(reader, a, b, a_parts, a.process.kill)
+            print(f"  failover, kill -9: {kill}", flush=True)
+
+            c = WorkerProcess(run, prefix, log=f"{prefix}-C")
+            workers.append(c)
+            await wait_split([b, c], 120)
+            await settle(c.process.pid, timeout_s=15)
+            await caught_up(reader)
+            b_parts, _ = await wait_split([b, c], 10)
+            term = await fail(
+                reader, b, c, b_parts, lambda: b.process.send_signal(signal.SIGTERM)
+            )
+            print(f"  failover, SIGTERM: {term}", flush=True)
+            await load.stop()
+            total = len(load.keys)
+            await reader.wait(lambda: load.decided_through(reader.seen) >= total, 120,
+                              "every context")
+            assert reader.distinct == total, (reader.distinct, total)
+            published = reader.records
+        await feedback_client.flush()
+
+        def counts(text: str, name: str) -> float:
+            return sum(value(text, f"banditflow_learner_{name}", learner_id=i) or 0.0
+                       for i in ids)
+
+        deadline = time.monotonic() + 120
+        while counts(text := await c.metrics(), "feedback") < total:
+            if time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        dead = dead_letters(text)
+        assert not dead, f"{prefix}: dead letters {dead}"
+        dead_records, _ = await topic_bytes(run.bootstrap, topics.deadletter)
+        assert dead_records == 0, f"{prefix}: {dead_records} dead letters"
+        learner_decisions, learner_feedback = counts(text, "decisions"), counts(text, "feedback")
+        if (learner_decisions, learner_feedback) != (total, total):
+            print(f"  WARNING failover: the learners count {learner_decisions:.0f} decisions "
+                  f"and {learner_feedback:.0f} feedback of {total} contexts", flush=True)
+    finally:
+        await admin.close()
+        await contexts_client.stop()
+        await feedback_client.stop()
+        for worker in workers:
+            await asyncio.to_thread(worker.stop)
+    return {
+        "learners": learners,
+        "learner_partitions": [partition_for(i, PARTITIONS) for i in ids],
+        "rate": rate,
+        "kill": kill,
+        "sigterm": term,
+        "contexts": total,
+        "decisions_published": published,
+        "dead_letters": dead_records,
+        "learner_decisions": learner_decisions,
+        "learner_feedback": learner_feedback,
+    }
+
+
 # ---------------------------------------------------------------------------- the report
 def spread(values: Sequence[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
@@ -791,6 +1105,9 @@ def table(results: dict[str, Any]) -> str:
     n = results["settings"]["events"]
     phases(f"(a) Faust no-op agent, N={n:,}", "a")
     phases("(b) banditflow, 1 SPS learner (K=20)", "b")
+    rows.append(("(b) banditflow, 1 SPS learner (K=20)",
+                 f"first decision after {n:,} backlogged contexts (s)",
+                 [r["first"] for r in results["b"]], ".2f"))
     rows.append(("(b)/(a)", "events/s ratio, per pair", results["ratio_b_a"], ".2f"))
     phases(f"(c) banditflow, {results['settings']['many_learners']:,} SPS learners", "c")
     phases(f"(d) banditflow, 1 graph_cb learner (K={ACTIONS})", "d")
@@ -828,14 +1145,38 @@ def table(results: dict[str, Any]) -> str:
     rows.append((f"(i) on_tick, {tick['learners']:,} learners, {tick['open_decisions']:,} open",
                  f"µs per tick, nothing due (median of {tick['calls']:,})",
                  [tick["median_us"]], ",.1f"))
+    fail = results["j"]
+    label = (f"(j) failover, 2 workers, {fail['learners']} SPS learners, "
+             f"{fail['rate']:.0f} contexts/s")
+    for key, what in (("kill", "kill -9"), ("sigterm", "SIGTERM")):
+        case = fail[key]
+        rows.append((label, f"{what} of one of two workers -> decisions again on its "
+                     "partitions (s)", [case["to_decision_s"]], ".2f"))
+        rows.append((label, f"{what} -> out of the group / the survivor's /ready lists all "
+                     "partitions / the process is gone (s)",
+                     [case["to_victim_left_group_s"], case["to_survivor_owns_all_s"],
+                      case["to_victim_exited_s"]], "slash"))
+        rows.append((label, f"{what}: longest wait of a context on its partitions / on the "
+                     "others (s)", [case["longest_wait_victim_partitions_s"],
+                                    case["longest_wait_other_partitions_s"]], "slash"))
+    rows.append((label, "kill -9: contexts produced / decided (load start to 2 s after the "
+                 "takeover)", [fail["kill"]["contexts_produced"],
+                               fail["kill"]["contexts_decided"]], "slash"))
+    rows.append((label, "contexts in all, all decided, no dead letters",
+                 [fail["contexts"]], ",.0f"))
+    rows.append((label, "decisions published again (after a takeover; readers keep the first)",
+                 [fail["decisions_published"] - fail["contexts"]], ",.0f"))
+    rows.append((label, "the learners' counts: decisions / feedback (= contexts if exact)",
+                 [fail["learner_decisions"], fail["learner_feedback"]], "slash"))
 
     lines = [
         "| measurement | metric | median | min | max | runs |",
         "|---|---|---:|---:|---:|---:|",
     ]
     for label, metric, values, fmt in rows:
-        if fmt == "triple":
-            cells = [" / ".join(f"{v:.1f}" for v in values), "", ""]
+        if fmt in ("triple", "slash"):  # several numbers of one run
+            digits = 1 if fmt == "triple" else (2 if any(v % 1 for v in values) else 0)
+            cells = [" / ".join(f"{v:.{digits}f}" for v in values), "", ""]
             count = 1
         else:
             s = spread(values)
@@ -870,6 +1211,8 @@ async def run_brokered(settings: Settings, run: Run, results: dict[str, Any]) ->
     print(f"latency: {results['e']}", flush=True)
     results["f"] = await measure_memory(run, settings.memory_learners)
     print(f"memory: {results['f']}", flush=True)
+    results["j"] = await measure_failover(run, settings.failover_learners, settings.failover_rate)
+    print(f"failover: {results['j']}", flush=True)
     for events in settings.histories:
         results["h"].append(await measure_recovery(run, settings.many_learners, events))
         print(f"recovery: {results['h'][-1]}", flush=True)
