@@ -170,7 +170,7 @@ class Processor:
                 offset=source.offset,
                 learner_id=learner_id,
                 event_id=event_id,
-                raw=_text(raw),
+                **DeadLetter.raw_fields(raw),
                 ts=self._wall(now),
             )
         )
@@ -349,13 +349,25 @@ class Processor:
             output=decided.output,
             pending=decided.pending,
         )
+        decision = self._decision(lid, eid, entry, record, redelivered=False)
+        size = len(decision.to_json())
+        if size > self.limits.max_event_bytes:  # it could not be published: undo it
+            entry.redo.pop()
+            self._rollback(entry)
+            self._dead(
+                out, "oversize",
+                f"its decision would take {size} bytes, over the limit of "
+                f"{self.limits.max_event_bytes} (--max-event-bytes)",
+                raw, source, now, lid, eid,
+            )
+            return out
         stats.on_decided(
             entry.stats, config["family"], decided.output, config["params"],
             entry.learner.summary(),
         )
         store.touch_learner(lid)
         store.put_decision(key, record)
-        out.decisions.append(self._decision(lid, eid, entry, record, redelivered=False))
+        out.decisions.append(decision)
         self.sink.processed(source.topic, "decided")
         early = store.drop_hold(key)
         if early is not None:

@@ -148,7 +148,7 @@ class DecisionRecord:
         return record
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Published:
     """A decision as published on the decisions topic (schema: :class:`schemas.Decision`).
 
@@ -165,8 +165,14 @@ class Published:
     decided_at: float
     context_ts: float | None
     redelivered: bool
+    _json: bytes | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> bytes:
+        if self._json is None:
+            self._json = self._encode()
+        return self._json
+
+    def _encode(self) -> bytes:
         return orjson.dumps(
             {
                 "schema_version": SCHEMA_VERSION,

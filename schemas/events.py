@@ -147,5 +147,24 @@ class DeadLetter(BaseModel):
     offset: int | None = None
     learner_id: str | None = None
     event_id: str | None = None
-    raw: str = Field(description="the original bytes, UTF-8 decoded with replacement")
+    raw: str = Field(
+        description="the original bytes, UTF-8 decoded with replacement (at most their first "
+        "64 KiB: see raw_size)"
+    )
+    raw_size: int | None = Field(
+        None, description="the original's size in bytes, when raw holds only its beginning"
+    )
     ts: float
+
+    @classmethod
+    def raw_fields(cls, raw: bytes | None) -> dict[str, str | int | None]:
+        """``raw`` and ``raw_size`` for the bytes of a rejected record: its first 64 KiB,
+        so that a dead letter always fits in a Kafka record (escaping can grow text six
+        times, and Kafka's default limit is 1 MB)."""
+        data = raw or b""
+        if len(data) <= RAW_KEPT:
+            return {"raw": data.decode("utf-8", "replace"), "raw_size": None}
+        return {"raw": data[:RAW_KEPT].decode("utf-8", "replace"), "raw_size": len(data)}
+
+
+RAW_KEPT = 64 * 1024

@@ -58,10 +58,10 @@ _COMPRESSOR = zstandard.ZstdCompressor(level=1)
 _DECOMPRESSOR = zstandard.ZstdDecompressor()
 # Compressed bytes per record: well below the usual 1 MB limits of brokers and producers.
 PART_BYTES = 512 * 1024
-# A snapshot starts when the log since the last one is this many times the last one's size
-# (recovery then reads at most about that much more than the state) ...
-SNAPSHOT_RATIO = 1.0
-# ... but not before this many bytes (small states: a snapshot per commit would be wasteful),
+# A snapshot starts when a recovery would read this many times the state (the last
+# snapshot and the log since, against the state's size now) ...
+SNAPSHOT_RATIO = 2.0
+# ... but not before it would read this many bytes (a snapshot per commit would be wasteful),
 SNAPSHOT_MIN_BYTES = 1 << 20
 # and at least this often while anything is written, so that a broker's retention (7 days
 # on the topic banditflow creates) never removes the snapshot a recovery needs.
@@ -319,11 +319,14 @@ class PartitionLog:
         return records
 
     def _snapshot_due(self, keys: int) -> bool:
+        """Whether a recovery now would read much more than the state: it reads the last
+        snapshot and everything since; the state is about the snapshot's bytes scaled by
+        how the number of keys changed since (it grows with the log, or shrinks when
+        decisions expire)."""
         since = self.log_bytes - self.snapshot_start_bytes
-        if since >= max(SNAPSHOT_MIN_BYTES, SNAPSHOT_RATIO * self.snapshot_bytes):
+        state = self.snapshot_bytes * max(keys, 1) / max(self.snapshot_keys, 1)
+        if self.snapshot_bytes + since > max(SNAPSHOT_MIN_BYTES, SNAPSHOT_RATIO * state):
             return True
-        if keys * 4 < self.snapshot_keys and since >= SNAPSHOT_MIN_BYTES / 16:
-            return True  # the state shrank: a recovery would read the old, larger snapshot
         return since > 0 and time.monotonic() - self.snapshot_started >= SNAPSHOT_MAX_AGE_S
 
     def acked(self, offsets: list[int]) -> bool:

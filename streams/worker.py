@@ -248,7 +248,7 @@ def internal_error(exc: Exception, source: Source, raw: bytes | None, wall: floa
         source_topic=source.topic,
         partition=source.partition,
         offset=source.offset,
-        raw=(raw or b"").decode("utf-8", "replace"),
+        **DeadLetter.raw_fields(raw),
         ts=wall,
     )
 

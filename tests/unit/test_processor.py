@@ -293,7 +293,7 @@ def test_bad_contexts_are_dead_lettered_with_a_reason(
 
 
 def test_oversize_payloads_are_rejected_by_configurable_limits() -> None:
-    p = Processor(limits=Limits(max_event_bytes=200, max_labels=3))
+    p = Processor(limits=Limits(max_event_bytes=300, max_labels=3))
     p.on_config(LID, config(), CONFIGS, 0.0)
     assert reasons(p.on_context(context("e1", [0.1] * 50), CONTEXTS, 1.0)) == ["oversize"]
     assert reasons(p.on_context(context("e2", [0.1] * 4), CONTEXTS, 1.0)) == ["oversize"]
@@ -427,3 +427,42 @@ def test_published_decisions_follow_the_decision_schema(processor: Processor) ->
             "output": published.output, "decided_at": 1.0, "context_ts": 0.5,
             "redelivered": published is again.decisions[0],
         }
+
+
+def test_a_decision_too_large_to_publish_is_undone_and_dead_lettered() -> None:
+    """A context within --max-event-bytes whose decision would not be: the decision is
+    never made (the learner is as before), the context is dead-lettered as oversize."""
+    p = Processor(limits=Limits(max_event_bytes=1265))
+    p.on_config(LID, config(), CONFIGS, 0.0)
+    before = p.store.value(f"l/{LID}")
+    labels = [f"a-rather-long-label-{i:03d}" for i in range(40)]  # all in the set at first
+    body = json.dumps({"learner_id": LID, "event_id": "big", "labels": labels,
+                       "scores": [0.5] * len(labels)}, separators=(",", ":")).encode()
+    assert len(body) < 1265  # (the decision: these labels, and its own fields: 1,273)
+    emitted = p.on_context(body, CONTEXTS, 1.0)
+    assert emitted.decisions == [] and reasons(emitted) == ["oversize"]
+    assert "decision would take" in emitted.dead_letters[0].detail
+    assert p.store.value(f"l/{LID}") == before and p.store.decisions == {}
+    assert p.on_context(context("small"), CONTEXTS, 2.0).decisions  # and still working
+
+
+def test_a_dead_letter_keeps_the_first_64_kib_of_a_huge_record(processor: Processor) -> None:
+    raw = b"\xff" * 200_000  # escaped, the decoded text would be far over 1 MB
+    (dead,) = processor.on_context(raw, CONTEXTS, 1.0).dead_letters
+    assert dead.reason == "malformed_json" and dead.raw_size == 200_000
+    assert len(dead.raw) == 64 * 1024 and len(dead.model_dump_json()) < 1_000_000
+    (small,) = processor.on_context(b"{", CONTEXTS, 1.0).dead_letters
+    assert small.raw == "{" and small.raw_size is None
+
+
+def test_an_undone_decision_leaves_no_trace_in_a_learner_that_decides_with_state() -> None:
+    """Deferral counts rounds and reserves budget when it decides: all of it is undone."""
+    p = Processor(limits=Limits(max_event_bytes=200))
+    p.on_config("d", encode({"learner_id": "d", "family": "deferral", "algorithm": "ucb",
+                             "params": {"dim": 2, "budget": 5.0, "horizon": 100, "warmup": 50}}),
+                CONFIGS, 0.0)
+    before = p.store.learners["d"].learner.to_state()
+    for i in range(20):
+        body = encode({"learner_id": "d", "event_id": f"e{i}", "features": [0.6, 0.8]})
+        assert reasons(p.on_context(body, CONTEXTS, float(i))) == ["oversize"]
+    assert p.store.learners["d"].learner.to_state() == before  # no round, no reservation

@@ -1,0 +1,74 @@
+"""Hostile records on the real broker: every one dead-lettered with its reason, none costs a
+valid record, none reaches a learner, the worker never stops or wedges.
+
+Among them the records that used to escape: raw bytes whose dead letter, once decoded and
+escaped, outgrew the producer's 1 MB limit (the dead letter now keeps the first 64 KiB and
+the size), JSON nested 10,000 deep, a 5,000-digit number, an encoded surrogate and a record
+with a null value (one parse, by pydantic, reports all of them as malformed JSON).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from streams.scrape import samples
+
+pytestmark = pytest.mark.integration
+
+LID = "hostile"
+
+HOSTILE: list[tuple[str, bytes | None, str]] = [
+    ("contexts", b"\xff" * 400_000, "malformed_json"),
+    ("feedback", b"\x01" * 200_000, "malformed_json"),
+    ("contexts", b"[" * 10_000 + b"]" * 10_000, "malformed_json"),
+    ("contexts", b'{"a":' * 10_000 + b"1" + b"}" * 10_000, "malformed_json"),
+    ("contexts", b'{"learner_id": "hostile", "event_id": "n", "labels": ["a"], "scores": ['
+     + b"1" * 5_000 + b"]}", "malformed_json"),
+    ("contexts", b'{"learner_id": "hostile", "event_id": "\xed\xa0\x80", "labels": ["a"],'
+     b' "scores": [1.0]}', "malformed_json"),
+    ("contexts", None, "malformed_json"),
+    ("feedback", None, "malformed_json"),
+    ("contexts", b'{"learner_id": "hostile", "event_id": "x", "labels": ["a"], '
+     b'"scores": [NaN]}', "non_finite"),
+]
+
+
+def test_hostile_records_each_get_one_dead_letter(
+    broker, start_worker, read_topic, wait_until
+) -> None:
+    worker = start_worker("hostile", partitions=2)
+    topics = worker.topics
+
+    async def produce() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap,
+                                    max_request_size=4 << 20)
+        await producer.start()
+        await producer.send_and_wait(topics.learners, json.dumps(
+            {"learner_id": LID, "family": "conformal", "algorithm": "sps",
+             "params": {"alpha": 0.8, "horizon": 1000}}
+        ).encode(), LID.encode())
+        for i, (stream, raw, _) in enumerate(HOSTILE):
+            await producer.send_and_wait(getattr(topics, stream), raw, LID.encode())
+            valid = {"learner_id": LID, "event_id": f"ok{i}", "labels": ["a", "b"],
+                     "scores": [1.0, 0.0]}
+            await producer.send_and_wait(topics.contexts, json.dumps(valid).encode(),
+                                         LID.encode())
+        await producer.stop()
+
+    asyncio.run(produce())
+    decisions = read_topic(topics.decisions)
+    decisions.wait_for(lambda rs: len({r["event_id"] for r in rs}) >= len(HOSTILE), 60)
+    dead = read_topic(topics.deadletter).wait_for(lambda rs: len(rs) >= len(HOSTILE), 60)
+    assert sorted(d["reason"] for d in dead) == sorted(reason for _, _, reason in HOSTILE)
+    assert all(len(d["raw"]) <= 64 * 1024 for d in dead)
+    assert sorted(d["raw_size"] for d in dead if d["raw_size"]) == [200_000, 400_000]
+    text = worker.metrics()
+    reasons = {dict(labels)["reason"] for (name, labels), _ in samples(text).items()
+               if name == "banditflow_dead_letters_total"}
+    assert "internal_error" not in reasons
+    wait_until(lambda: worker.process.poll() is None and worker.ready() is not None)
+    assert "Traceback" not in worker.log()
