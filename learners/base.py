@@ -11,10 +11,10 @@ A learner is a small, pure state machine driven by three verbs:
 - ``expire(pending)`` applies the family's timeout rule to a decision whose feedback never
   (fully) arrived.
 
-State is a JSON-serialisable dict (``to_state`` / ``from_state``) that stays compact: it is
-rewritten into a changelog-backed table on every update. All randomness comes from the
-``rng`` argument, which the processors derive from the learner seed and the event id, so a
-replay reproduces every decision.
+State is a JSON-serialisable dict (``to_state`` / ``from_state``) that stays compact: the
+worker writes it whole to its state log at every commit that follows an update. All
+randomness comes from the ``rng`` argument, which the processors derive from the learner
+seed and the event id, so a replay reproduces every decision.
 """
 
 from __future__ import annotations

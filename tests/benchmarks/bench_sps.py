@@ -10,11 +10,11 @@
    ``--engine direct`` (:func:`streams.evaluation.conformal.replay_direct`: the learner
    driven from the log's arrays, identical results, tested) and the default
    ``--engine processors`` (:func:`streams.evaluation.engine.replay`: the very ``Processor``
-   the Faust workers run, JSON parsing and validation of every context and feedback event,
+   the workers run, JSON parsing and validation of every context and feedback event,
    pending store, dedupe records, statistics).
 3. Memory after ``--long`` (10^6) updates, per configuration: the serialised state (JSON bytes,
-   what the changelog-backed table rewrites on each update), the number of stored values, and
-   the Python heap of a learner restored from that state (``tracemalloc``).
+   what the worker's state log rewrites at each commit after an update), the number of
+   stored values, and the Python heap of a learner restored from that state (``tracemalloc``).
 
 The target in the issue is >= 200,000 feedback updates per second in the offline engine; the
 learner's rate and both engines' rates are printed, as measured. The machine is shared (2 cores):

@@ -327,9 +327,9 @@ def cpu_seconds(pid: int) -> float:
 
 async def settle(pid: int, timeout_s: float = 60.0, window_s: float = 0.5) -> float:
     """Wait until process ``pid`` uses under 15% of a CPU in two windows in a row, and return
-    how long that took. A worker that just became ready still imports the learner families
-    on a thread (numba compiles graph_cb's kernels) and runs ~40% slower meanwhile; Faust
-    settles after its join: timing starts on a quiet process."""
+    how long that took. A worker that just started imports the learner families on a
+    thread (numba loads graph_cb's kernels) and runs slower meanwhile; Faust settles after
+    its join: timing starts on a quiet process."""
     started = time.monotonic()
     quiet, last = 0, cpu_seconds(pid)
     while quiet < 2 and time.monotonic() - started < timeout_s:
