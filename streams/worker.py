@@ -236,6 +236,11 @@ class Throttle:
         return note
 
 
+# /ready fails once nothing was heard from the broker for this long; when the worker is idle,
+# it asks for the broker's metadata every BROKER_PROBE_S.
+BROKER_SILENCE_S = 5.0
+BROKER_PROBE_S = 1.0
+
 # Internal errors are dead-lettered one by one (with the exception); the log gets a sample.
 INTERNAL_ERRORS = Throttle(every_s=10.0)
 COMMIT_FAILURES = Throttle(every_s=10.0)
@@ -280,6 +285,7 @@ class Worker:
         self.owned: frozenset[int] = frozenset()
         self.active: frozenset[int] = frozenset()
         self.wall = time.time()
+        self.broker_heard = time.monotonic()  # the last answer from the broker
         self.generation = 0
         self.stopping = asyncio.Event()
         self._commit_lock = asyncio.Lock()
@@ -340,10 +346,12 @@ class Worker:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
         committer = asyncio.create_task(self._commit_loop())
+        watcher = asyncio.create_task(self._watch_broker())
         try:
             await self._consume()
         finally:
             self.stopping.set()
+            watcher.cancel()
             self._commit_wanted.set()
             await committer  # a commit in flight completes: never cut one in half
             if self._recovering is not None:
@@ -355,6 +363,17 @@ class Worker:
             await self.reader.stop()
             await self.producer.stop()
             server.shutdown()
+
+    async def _watch_broker(self) -> None:
+        """Ask the broker for its metadata when nothing else was heard from it for a while,
+        so that /ready tells when the broker is gone (commits and fetches also count)."""
+        while not self.stopping.is_set():
+            await asyncio.sleep(BROKER_PROBE_S)
+            if time.monotonic() - self.broker_heard < BROKER_PROBE_S:
+                continue
+            with contextlib.suppress(KafkaError, OSError, TimeoutError):
+                await asyncio.wait_for(self.producer.client.fetch_all_metadata(), 2.0)
+                self.broker_heard = time.monotonic()
 
     async def _consume(self) -> None:
         consumer = self.consumer
@@ -372,6 +391,7 @@ class Worker:
             )
             if not fetched:
                 continue
+            self.broker_heard = time.monotonic()
             self.wall = wall = time.time()
             partitions, streams = self.partitions, self.streams
             for tp, records in fetched.items():
@@ -487,6 +507,7 @@ class Worker:
                 for value in cut.decisions
             )
             self._unfinished = []
+            self.broker_heard = time.monotonic()
             published = time.time()
             for cut in written:
                 self.sink.published([max(0.0, published - ts) for ts in cut.context_ts])
@@ -681,9 +702,13 @@ class Worker:
 
     # ------------------------------------------------------------------ HTTP
     def ready(self) -> tuple[bool, str]:
-        """Whether this worker owns partitions and has recovered all of them (read from the
-        HTTP thread: only immutable snapshots, replaced on the loop thread)."""
+        """Whether this worker owns partitions, has recovered all of them and hears from the
+        broker (read from the HTTP thread: only immutable snapshots and floats, replaced on
+        the loop thread)."""
         owned, active = self.owned, self.active
+        silent = time.monotonic() - self.broker_heard
+        if silent > BROKER_SILENCE_S:
+            return False, f"no answer from the broker for {silent:.0f}s"
         if not owned:
             return False, "joining the consumer group"
         if owned - active:

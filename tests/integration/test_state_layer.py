@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import urllib.error
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 import streams.statelog as statelog
 from processors import Processor, Source
-from streams.scrape import samples, value
+from streams.broker import EmbeddedBroker, free_port
+from streams.demo import start_worker as start_worker_process
+from streams.demo import stop as stop_process
+from streams.demo import wait_until_ready
+from streams.scrape import fetch, samples, value
 from streams.statelog import LogReader, PartitionLog, read_partitions
 from streams.topics import Topics, ensure_topics, state_topic
 
@@ -227,3 +232,27 @@ def test_a_restart_reads_the_state_not_the_history(broker, start_worker, wait_un
     print(f"state log {written:.0f} bytes, the restart read {read:.0f}")
     assert written > 1_000_000  # a history of megabytes ...
     assert read < written / 10  # ... of which a restart reads a small part
+
+
+def test_ready_says_when_the_broker_is_gone(tmp_path) -> None:
+    """/ready answers 503 once the broker stops answering (the worker stays up)."""
+    own = EmbeddedBroker(port=free_port(), log_path=tmp_path / "broker.log").start()
+    port = free_port()
+    ensure_topics(own.bootstrap, Topics("gone"), 2, "gone")
+    worker = start_worker_process(own.bootstrap, port, 2, "gone", tmp_path / "worker.log")
+    try:
+        wait_until_ready(worker, port, 60)
+        own.stop()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                fetch(f"http://127.0.0.1:{port}/ready", timeout_s=2.0)
+            except urllib.error.HTTPError as exc:
+                assert exc.code == 503 and "no answer from the broker" in exc.read().decode()
+                break
+            assert time.monotonic() < deadline, "/ready still 200 without a broker"
+            time.sleep(0.5)
+        assert worker.poll() is None
+    finally:
+        stop_process(worker)
+        own.stop()
