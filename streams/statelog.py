@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,18 +111,20 @@ class Commit:
 
 @dataclass(frozen=True)
 class Header:
-    """The record key: which commit a record belongs to, and the latest complete snapshot."""
+    """The record key: which commit a record belongs to, where its writer expected it to
+    land, and the latest complete snapshot."""
 
     epoch: int
     seq: int
     part: int
     parts: int
     snapshot_at: int | None
+    offset: int  # where the writer expected this record; elsewhere, nobody trusts it
 
     def encode(self) -> bytes:
         return orjson.dumps(
             {"v": FORMAT_VERSION, "e": self.epoch, "s": self.seq, "p": self.part,
-             "n": self.parts, "snap": self.snapshot_at}
+             "n": self.parts, "snap": self.snapshot_at, "o": self.offset}
         )
 
     @classmethod
@@ -130,20 +133,21 @@ class Header:
         if raw.get("v") != FORMAT_VERSION:
             raise StateLogError(f"state log record of format {raw.get('v')!r}, expected "
                                 f"{FORMAT_VERSION}: written by another banditflow version?")
-        return cls(raw["e"], raw["s"], raw["p"], raw["n"], raw["snap"])
+        return cls(raw["e"], raw["s"], raw["p"], raw["n"], raw["snap"], raw["o"])
 
 
 class StateLogError(RuntimeError):
     """A state log that cannot be read back (the message says why and what to do)."""
 
 
-def encode(commit: Commit, snapshot_at: int | None) -> list[tuple[bytes, bytes]]:
+def encode(commit: Commit, snapshot_at: int | None, offset: int) -> list[tuple[bytes, bytes]]:
     """The records (key, value) of one commit, in order. A commit is the JSON header (one
     line: orjson writes no newline), then the values' JSON text back to back.
 
     Each record names the latest snapshot complete without this commit (``snapshot_at``),
     except the last one: whoever reads it has the whole commit, so when the commit completes
-    a snapshot, that is the one it names (an idle partition's tail then names it too).
+    a snapshot, that is the one it names (an idle partition's tail then names it too). The
+    records are expected at ``offset``, ``offset + 1``, ...
     """
     payload = _COMPRESSOR.compress(
         b"".join([orjson.dumps(commit.header()), b"\n", *(value for _, value in commit.puts)])
@@ -154,7 +158,8 @@ def encode(commit: Commit, snapshot_at: int | None) -> list[tuple[bytes, bytes]]
     return [
         (
             Header(
-                commit.epoch, commit.seq, i, len(chunks), completes if i == last else snapshot_at
+                commit.epoch, commit.seq, i, len(chunks),
+                completes if i == last else snapshot_at, offset + i,
             ).encode(),
             chunk,
         )
@@ -210,8 +215,11 @@ class LogReader:
         self.end_offset = offset + 1
         self.bytes_read += len(value)
         header = Header.decode(key)
-        if header.epoch < self.epoch:
-            return None  # written by a former owner after the partition was claimed
+        if header.offset != offset or header.epoch < self.epoch:
+            # Not where its writer expected it (that writer had lost the partition: its
+            # commit failed), or a former owner's write after a newer owner's claim.
+            self._parts, self._header = [], None
+            return None
         current = self._header
         if header.part == 0:
             self._parts, self._header = [value], header
@@ -313,7 +321,7 @@ class PartitionLog:
     def _records(
         self, commit: Commit, completed: dict[str, int] | None
     ) -> list[tuple[bytes, bytes]]:
-        records = encode(commit, self.snapshot_at)
+        records = encode(commit, self.snapshot_at, self.next_offset)
         size = sum(len(value) for _, value in records)
         self._inflight = (len(records), size, completed)
         return records
@@ -365,19 +373,9 @@ async def read_partitions(
         return readers
     ends = await consumer.end_offsets(tps)
     starts: dict[TopicPartition, int | None] = {}
-    tails = []
     for tp in tps:
         if ends[tp] > 0:
-            # On Tansu ends[tp] - 1 is the first record of the last batch, elsewhere the last
-            # record: either names a complete snapshot.
-            consumer.seek(tp, ends[tp] - 1)
-            tails.append(tp)
-    while tails:
-        fetched = await consumer.getmany(*tails, timeout_ms=poll_ms, max_records=1)
-        for tp, records in fetched.items():
-            if records and tp in tails:
-                starts[tp] = Header.decode(records[0].key).snapshot_at
-                tails.remove(tp)
+            starts[tp] = await _snapshot_pointer(consumer, topic, tp, ends[tp], poll_ms)
     pending = [tp for tp in tps if tp in starts]  # (an empty log: a fresh partition)
     beginnings = await consumer.beginning_offsets(pending) if pending else {}
     for tp in pending:
@@ -410,6 +408,53 @@ async def read_partitions(
                 pending.remove(tp)
     consumer.unsubscribe()
     return readers
+
+
+def snapshot_named_last(records: Iterable[tuple[int, bytes]]) -> tuple[bool, int | None]:
+    """The snapshot that the last of ``records`` (offset, key) which landed where its writer
+    expected names: (False, None) if none did, else (True, its start or None for none)."""
+    found, pointer = False, None
+    for offset, key in records:
+        header = Header.decode(key)
+        if header.offset == offset:
+            found, pointer = True, header.snapshot_at
+    return found, pointer
+
+
+async def _snapshot_pointer(
+    consumer: AIOKafkaConsumer, topic: str, tp: TopicPartition, end: int, poll_ms: int
+) -> int | None:
+    """Where the latest complete snapshot starts (None: the log has none yet), as the last
+    record that landed where its writer expected names it. A failed writer's records at
+    the end are passed over; so a window at the end of the log is read, and widened as long
+    as it holds no such record. (On Tansu ``end`` is the last batch's first offset + 1: the
+    window reaches the true end anyway, read to the high watermark.)"""
+    window = 16
+    while True:
+        start = max(0, end - window)
+        consumer.seek(tp, start)
+        window_records: list[tuple[int, bytes]] = []
+        while True:
+            try:
+                fetched = await consumer.getmany(tp, timeout_ms=poll_ms, max_records=10_000)
+            except OffsetOutOfRangeError as exc:
+                raise StateLogError(
+                    f"{topic}[{tp.partition}]: the log's records are gone ({exc}): the topic's "
+                    "retention removed them. Delete the topic to start this partition afresh."
+                ) from None
+            window_records += [(record.offset, record.key) for record in fetched.get(tp, [])]
+            highwater = consumer.highwater(tp)
+            if highwater is not None and await consumer.position(tp) >= highwater:
+                break
+        found, pointer = snapshot_named_last(window_records)
+        if found:
+            return pointer
+        if start == 0:
+            raise StateLogError(
+                f"{topic}[{tp.partition}]: no record of the log landed where it was written "
+                "to: not a banditflow state log, or a damaged one"
+            )
+        window *= 8
 
 
 async def read_commits(bootstrap: str, topic: str) -> dict[int, list[tuple[int, Commit]]]:

@@ -13,7 +13,9 @@ import orjson
 import pytest
 
 import streams.statelog as statelog
+from learners.registry import make_learner
 from processors import PartitionStore, Processor, Source, StreamTimes
+from processors.records import LearnerEntry
 from streams.statelog import Commit, LogReader, PartitionLog, decode, encode
 
 Records = list[tuple[int, bytes, bytes]]
@@ -28,11 +30,14 @@ def append(log: Records, records: list[tuple[bytes, bytes]]) -> list[int]:
 
 
 def recover(log: Records) -> LogReader:
-    """What a recovery reads: the last record names a snapshot; read from there."""
+    """What a recovery reads: the last record that landed where its writer expected names a
+    snapshot; read from there."""
     reader = LogReader()
     if not log:
         return reader
-    start = statelog.Header.decode(log[-1][1]).snapshot_at or 0
+    found, start = statelog.snapshot_named_last((offset, key) for offset, key, _ in log)
+    assert found
+    start = start or 0
     for offset, key, value in log[start:]:
         reader.feed(offset, key, value)
     return reader
@@ -54,10 +59,10 @@ def test_a_commit_round_trips_and_splits_into_parts(monkeypatch) -> None:
     rng = np.random.default_rng(0)
     puts = [(f"d/x/{i}", {"score": float(rng.normal())}) for i in range(50)]
     original = commit(7, 3, puts=puts, deletes=["d/x/gone"], outbox=['{"a": 1}'])
-    records = encode(original, snapshot_at=12)
+    records = encode(original, snapshot_at=12, offset=0)
     assert len(records) > 3
     headers = [statelog.Header.decode(key) for key, _ in records]
-    assert [h.part for h in headers] == list(range(len(records)))
+    assert [h.part for h in headers] == [h.offset for h in headers] == list(range(len(records)))
     assert {(h.epoch, h.seq, h.parts, h.snapshot_at) for h in headers} == {
         (7, 3, len(records), 12)
     }
@@ -74,13 +79,13 @@ def test_a_commit_round_trips_and_splits_into_parts(monkeypatch) -> None:
 def test_an_interrupted_commit_is_never_applied(monkeypatch) -> None:
     monkeypatch.setattr(statelog, "PART_BYTES", 32)
     log: Records = []
-    append(log, encode(commit(1, 0, puts=[("l/a", {"v": 1})]), None))
-    torn = encode(commit(1, 1, puts=[(f"l/{i}", {"v": i}) for i in range(20)]), None)
+    append(log, encode(commit(1, 0, puts=[("l/a", {"v": 1})]), None, 0))
+    torn = encode(commit(1, 1, puts=[(f"l/{i}", {"v": i}) for i in range(20)]), None, 1)
     assert len(torn) > 2
     append(log, torn[:-1])  # the writer died before the last part
-    append(log, encode(commit(2 << 32, 0, claim=True), None))  # the next owner's claim
+    append(log, encode(commit(2 << 32, 0, claim=True), None, len(log)))  # the next owner
     append(log, torn[-1:])  # ... and a late straggler of the dead one
-    append(log, encode(commit(2 << 32, 1, puts=[("l/b", {"v": 2})]), None))
+    append(log, encode(commit(2 << 32, 1, puts=[("l/b", {"v": 2})]), None, len(log)))
     reader = LogReader()
     for record in log:
         reader.feed(*record)
@@ -211,3 +216,69 @@ def test_recovery_reads_in_proportion_to_the_state_not_the_history(monkeypatch) 
     state = sum(len(json.dumps(store.value(key))) for key in store.log_keys())
     assert read < total / 5  # the history is many times the state
     assert read < 3 * state  # compressed log vs raw JSON state: a loose, stable bound
+
+
+def test_a_former_owner_landing_after_a_claim_changes_nothing_not_even_the_snapshot(
+    monkeypatch,
+) -> None:
+    """A's session expired and B claimed the partition; A's last commit, which completes
+    A's snapshot, lands after B's claim, and B writes nothing more. That record is where A
+    did not expect it: a recovery ignores its content and the snapshot it names, and reads
+    what B holds (found by review: the snapshot was followed, and keys went missing)."""
+    monkeypatch.setattr(statelog, "SNAPSHOT_SLICE_KEYS", 10)
+    processor = Processor()
+    for i in range(12):
+        config = {"learner_id": f"l{i}", "family": "conformal", "algorithm": "sps",
+                  "params": {"alpha": 0.8, "horizon": 100}}
+        processor.on_config(f"l{i}", json.dumps(config).encode(), Source("learners"), 0.0)
+    store = processor.store
+    log: Records = []
+    a = PartitionLog(0, LogReader())
+    assert a.acked(append(log, a.claim({}, {})))
+    assert a.acked(append(log, a.commit(store, store.changes(), {"learners": 12}, {}, [])))
+    a.snapshot_started -= 2 * statelog.SNAPSHOT_MAX_AGE_S  # a snapshot starts next
+    assert a.acked(append(log, a.commit(store, store.changes(), {"learners": 12}, {}, [])))
+    assert a._dump is not None
+    while a._dump.index + 10 < len(a._dump.keys):  # all but its last slice
+        assert a.acked(append(log, a.commit(store, store.changes(), {"learners": 12}, {}, [])))
+    holding = LogReader()
+    for record in log:
+        holding.feed(*record)
+    b = PartitionLog(0, holding)  # B takes over
+    assert b.acked(append(log, b.claim({"learners": 12}, {})))
+    late = a.commit(store, store.changes(), {"learners": 12}, {}, [])  # completes A's dump
+    assert not a.acked(append(log, late))
+    assert orjson.loads(late[-1][0])["snap"] == 2  # it names A's snapshot, but ...
+    recovered = recover(log)
+    assert set(recovered.values) == set(holding.values)  # ... nothing is missing
+    PartitionStore.load(recovered.values.items(), 600.0)
+
+
+def test_a_stale_claim_that_lands_late_is_ignored_even_with_a_higher_epoch() -> None:
+    """W1 and W2 both recovered the partition; W2 won it, claimed and committed; W1's claim
+    lands after that, with the same epoch counter and a higher random part. It is not where
+    W1 expected it, so no reader follows it (found by review: it was honoured, and the
+    marks of the commit before it went back)."""
+    log: Records = []
+    first = PartitionLog(0, LogReader())
+    assert first.acked(append(log, first.claim({}, {})))
+    state = LogReader()
+    for record in log:
+        state.feed(*record)
+    w1, w2 = PartitionLog(0, state), PartitionLog(0, state)
+    w1.epoch, w2.epoch = (1 << 32) | 0xFFFFFFFF, (1 << 32) | 1
+    assert w2.acked(append(log, w2.claim({}, {})))
+    store = PartitionStore()
+    store.put_learner("x", LearnerEntry(
+        {"learner_id": "x", "family": "conformal", "algorithm": "sps",
+         "params": {"alpha": 0.8, "horizon": 100}, "seed": 0},
+        1, {}, make_learner("conformal", "sps", {"alpha": 0.8, "horizon": 100}),
+    ))
+    assert w2.acked(append(log, w2.commit(store, store.changes(), {"learners": 5}, {}, [])))
+    assert not w1.acked(append(log, w1.claim({}, {})))  # stale: lands after W2's commit
+    assert not w2.acked(append(log, w2.commit(store, store.changes(), {"learners": 6}, {}, [])))
+    reader = LogReader()
+    for record in log:
+        reader.feed(*record)
+    assert reader.last is not None and reader.last.marks == {"learners": 5}
+    assert set(reader.values) == {"c/x", "l/x"} and reader.epoch == w2.epoch
