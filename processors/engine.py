@@ -164,7 +164,7 @@ class Processor:
         out.dead_letters.append(
             DeadLetter(
                 reason=reason,
-                detail=detail,
+                detail=DeadLetter.detail_text(detail),
                 source_topic=source.topic,
                 partition=source.partition,
                 offset=source.offset,
@@ -225,14 +225,14 @@ class Processor:
         """``entry.learner.<method>(*args)``; if it raises, the learner is restored to its
         state before the call (rebuilt from its checkpoint and redo log)."""
         learner = entry.learner
+        if len(entry.redo) >= REDO_LIMIT:  # (before the call: its undo needs it in the log)
+            entry.mark_checkpoint(learner.to_state())
         try:
             result = getattr(learner, method)(*args)
         except LEARNER_FAILURES:
             self._rollback(entry)
             raise
         entry.redo.append((method, *args))
-        if len(entry.redo) >= REDO_LIMIT:
-            entry.mark_checkpoint(learner.to_state())
         return result
 
     @staticmethod

@@ -73,7 +73,7 @@ class PartitionStore:
         self._changed_decisions: dict[str, None] = {}  # ... and decision keys
         self._open_logged: set[str] = set()  # decisions whose open version is in the log
         self._feedback_deadlines: list[tuple[float, str]] = []
-        self._purge_times: list[tuple[float, str]] = []
+        self._purge_times: list[tuple[float, str, float]] = []
         self._hold_deadlines: dict[HoldKind, list[tuple[float, str]]] = {
             kind: [] for kind in HoldKind
         }
@@ -136,7 +136,7 @@ class PartitionStore:
         record.settled_by = by
         record.settled_at = now
         record.pending = None
-        heapq.heappush(self._purge_times, (now + retention_s, key))
+        heapq.heappush(self._purge_times, (now + retention_s, key, now))
         self._mark_decision(key)
 
     def drop_decision(self, key: str) -> None:
@@ -173,19 +173,24 @@ class PartitionStore:
 
     def due_holds(self, kind: HoldKind, time: float) -> Iterator[tuple[str, Hold]]:
         heap = self._hold_deadlines[kind]
+        seen: set[str] = set()  # a hold put back with the same deadline has two entries
         while heap and heap[0][0] <= time:
             deadline, key = heapq.heappop(heap)
             hold = self.holds.get(key)
-            if hold is not None and hold.kind is kind and hold.deadline == deadline:
-                yield key, hold
+            valid = hold is not None and hold.kind is kind and hold.deadline == deadline
+            if valid and key not in seen:
+                seen.add(key)
+                yield key, hold  # type: ignore[misc]
 
     def due_purges(self, time: float) -> Iterator[str]:
         """Settled decisions whose retention ended at or before ``time``."""
         heap = self._purge_times
         while heap and heap[0][0] <= time:
-            _, key = heapq.heappop(heap)
+            _, key, settled_at = heapq.heappop(heap)
             record = self.decisions.get(key)
-            if isinstance(record, bytes) or (record is not None and not record.open):
+            if isinstance(record, bytes) or (
+                record is not None and not record.open and record.settled_at == settled_at
+            ):  # (a settled_at of its own: not a decision of the same id made since)
                 yield key
 
     # ------------------------------------------------------------------ state log
@@ -274,7 +279,7 @@ class PartitionStore:
             kind, name = key[:2], key[2:]
             if kind == SETTLED:
                 store.decisions[name] = raw
-                store._purge_times.append((purge_at, name))
+                store._purge_times.append((purge_at, name, -1.0))  # (read back: any)
             elif kind == OPEN:
                 record = DecisionRecord.from_json(orjson.loads(raw))
                 store.decisions[name] = record

@@ -157,6 +157,13 @@ class DeadLetter(BaseModel):
     ts: float
 
     @classmethod
+    def detail_text(cls, detail: str) -> str:
+        """A detail of at most 4 KiB: it may quote the record (a key, a value, a name)."""
+        if len(detail) <= DETAIL_KEPT:
+            return detail
+        return detail[:DETAIL_KEPT] + f"... ({len(detail)} characters in all)"
+
+    @classmethod
     def raw_fields(cls, raw: bytes | None) -> dict[str, str | int | None]:
         """``raw`` and ``raw_size`` for the bytes of a rejected record: its first 64 KiB,
         so that a dead letter always fits in a Kafka record (escaping can grow text six
@@ -168,3 +175,4 @@ class DeadLetter(BaseModel):
 
 
 RAW_KEPT = 64 * 1024
+DETAIL_KEPT = 4 * 1024

@@ -25,11 +25,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -186,13 +187,14 @@ async def evict_predecessors(bootstrap: str, group: str, client_id: str) -> None
         # (error code, group, state, protocol type, protocol, members); only a stable group:
         # on the embedded broker, removing a member that was killed while joining leaves the
         # group unable to form (then the session timeout has to do it).
+        ours = re.compile(re.escape(client_id) + "-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}")
         members = [
             member[0]
             for response in described
             for found in response.groups
             if found[2] == "Stable"
             for member in found[5]
-            if member[0].startswith(client_id + "-")
+            if ours.fullmatch(member[0])  # (not "w1-b-..." for "w1")
         ]
         if members:
             coordinator = await admin.find_coordinator(group)
@@ -249,7 +251,7 @@ COMMIT_FAILURES = Throttle(every_s=10.0)
 def internal_error(exc: Exception, source: Source, raw: bytes | None, wall: float) -> DeadLetter:
     return DeadLetter(
         reason="internal_error",
-        detail=f"{type(exc).__name__}: {exc}",
+        detail=DeadLetter.detail_text(f"{type(exc).__name__}: {exc}"),
         source_topic=source.topic,
         partition=source.partition,
         offset=source.offset,
@@ -313,6 +315,8 @@ class Worker:
             acks="all",
             linger_ms=2,
             max_batch_size=1 << 20,
+            # A decision may be as large as the largest input (--max-event-bytes) and more.
+            max_request_size=max(1 << 20, s.limits.max_event_bytes + (64 << 10)),
             client_id=f"{s.app_id}-worker",
         )
         self.consumer = AIOKafkaConsumer(
@@ -548,13 +552,46 @@ class Worker:
         ]
         return [[(await future).offset for future in batch] for batch in futures]
 
-    async def _send_all(self, records: Any) -> None:
-        futures = [
-            await self.producer.send(topic, value, key, partition=partition)
-            for topic, partition, key, value in records
-        ]
-        if futures:
-            await asyncio.gather(*futures)
+    async def _send_all(self, records: Iterable[tuple[str, int, bytes | None, bytes]]) -> None:
+        """Produce ``records`` (topic, partition, key, value) and wait for every ack. A record
+        the broker can never take (too large for it) is replaced by a dead letter saying so:
+        retrying it would stop every later commit."""
+        sent = []
+        for topic, partition, key, value in records:
+            try:
+                future = await self.producer.send(topic, value, key, partition=partition)
+            except KafkaError as exc:
+                if exc.retriable:
+                    raise
+                future = await self._unpublishable(topic, partition, key, value, exc)
+            sent.append((topic, partition, key, value, future))
+        for topic, partition, key, value, future in sent:
+            try:
+                await future
+            except KafkaError as exc:
+                if exc.retriable:
+                    raise
+                await (await self._unpublishable(topic, partition, key, value, exc))
+
+    async def _unpublishable(
+        self, topic: str, partition: int, key: bytes | None, value: bytes, exc: KafkaError
+    ) -> asyncio.Future[Any]:
+        log.error("the broker refused a %d-byte record for %s[%d]: %s", len(value), topic,
+                  partition, exc)
+        stub = DeadLetter(
+            reason="unpublishable",
+            detail=DeadLetter.detail_text(
+                f"the broker refused this {len(value)}-byte record for {topic}: {exc}"
+            ),
+            source_topic=topic,
+            partition=partition,
+            raw=value[:1024].decode("utf-8", "replace"),
+            raw_size=len(value),
+            ts=time.time(),
+        )
+        return await self.producer.send(
+            self.topics.deadletter, stub.model_dump_json().encode(), key, partition=partition
+        )
 
     async def _commit_offsets(self, written: list[Cut]) -> None:
         """Tell the group how far each partition got (for lag monitoring only: the worker

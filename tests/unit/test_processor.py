@@ -466,3 +466,34 @@ def test_an_undone_decision_leaves_no_trace_in_a_learner_that_decides_with_state
         body = encode({"learner_id": "d", "event_id": f"e{i}", "features": [0.6, 0.8]})
         assert reasons(p.on_context(body, CONTEXTS, float(i))) == ["oversize"]
     assert p.store.learners["d"].learner.to_state() == before  # no round, no reservation
+
+
+@pytest.mark.parametrize("hostile", ["param", "field", "key"])
+def test_a_dead_letter_stays_small_whatever_its_detail_quotes(hostile: str) -> None:
+    """Details quote what they reject (a parameter's value, a field's name, a record key):
+    cut to 4 KiB, so that every dead letter can be published (found by review: a 1 MB
+    detail made the dead letter unpublishable, and every later commit with it)."""
+    p = Processor()
+    huge = "x" * 990_000
+    if hostile == "param":
+        emitted = p.on_config(LID, config(params={"alpha": huge, "horizon": 10}), CONFIGS, 0.0)
+    elif hostile == "field":
+        emitted = p.on_context(encode({"learner_id": LID, "event_id": "e", huge: 1}),
+                               CONTEXTS, 0.0)
+    else:
+        emitted = p.on_config(huge, config(), CONFIGS, 0.0)
+    (dead,) = emitted.dead_letters
+    assert len(dead.detail) < 4200 and "characters in all" in dead.detail
+    assert len(dead.model_dump_json()) < 100_000
+
+
+def test_held_feedback_is_dead_lettered_once_when_its_context_is_rejected() -> None:
+    """Feedback and its context for a learner not created yet, at the same stream time;
+    then the config, then the context proves unusable: the feedback is dead-lettered once
+    (found by review: the hold had two index entries and went out twice)."""
+    p = Processor(unknown_learner_grace_s=3.0)
+    p.on_feedback(feedback("e1"), FEEDBACK, 1.0)
+    p.on_context(encode({"learner_id": LID, "event_id": "e1"}), CONTEXTS, 1.0)  # no labels
+    released = p.on_config(LID, config(early_feedback_grace_s=3.0), CONFIGS, 1.0)
+    assert reasons(released) == ["learner_rejected"]
+    assert reasons(tick(p, 10.0)) == ["feedback_without_decision"]
