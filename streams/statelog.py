@@ -64,8 +64,8 @@ PART_BYTES = 512 * 1024
 SNAPSHOT_RATIO = 2.0
 # ... but not before it would read this many bytes (a snapshot per commit would be wasteful),
 SNAPSHOT_MIN_BYTES = 1 << 20
-# and at least this often while anything is written, so that a broker's retention (7 days
-# on the topic banditflow creates) never removes the snapshot a recovery needs.
+# and at least this often, so that a broker's retention (7 days on the topic banditflow
+# creates) never removes the snapshot a recovery needs.
 SNAPSHOT_MAX_AGE_S = 3600.0
 # Keys of a snapshot written per commit (a slice), so that no commit stalls the worker.
 SNAPSHOT_SLICE_KEYS = 2000
@@ -87,8 +87,9 @@ class Commit:
     deletes: list[str] = field(default_factory=list)
     outbox: list[str] = field(default_factory=list)
     claim: bool = False
-    # Set on the commit that completes a snapshot: where it starts and how large it was.
-    snapshot: dict[str, int] | None = None
+    # Set on the commit that completes a snapshot: where it starts, how large it was and
+    # when (wall clock).
+    snapshot: dict[str, float] | None = None
 
     def header(self) -> JSON:
         return {
@@ -203,7 +204,7 @@ class LogReader:
         self.values: dict[str, bytes] = {}  # JSON text, parsed by PartitionStore.load
         self.epoch = -1
         self.last: Commit | None = None  # the last complete commit
-        self.snapshot: dict[str, int] | None = None  # the last complete snapshot read
+        self.snapshot: dict[str, float] | None = None  # the last complete snapshot read
         self.end_offset = 0  # the offset after the last record read
         self.bytes_read = 0
         self.commits = 0
@@ -277,9 +278,13 @@ class PartitionLog:
         # Bytes of the log since the snapshot (all of it without one): what a recovery reads.
         self.log_bytes = reader.bytes_read
         self.snapshot_start_bytes = 0
-        self.snapshot_started = time.monotonic()
+        # When the latest snapshot was taken (wall clock, kept in the log: restarts must not
+        # put it off); without one, the first commit takes one.
+        self.snapshot_taken = (
+            reader.snapshot.get("at", 0.0) if reader.snapshot is not None else float("-inf")
+        )
         self._dump: _Dump | None = None
-        self._inflight: tuple[int, int, dict[str, int] | None] | None = None
+        self._inflight: tuple[int, int, dict[str, float] | None] | None = None
 
     def claim(self, marks: dict[str, int], clock: dict[str, float]) -> list[tuple[bytes, bytes]]:
         """The first record of a new owner: fences every older epoch."""
@@ -311,7 +316,11 @@ class PartitionLog:
                         puts.append((key, dumps(value)))
             dump.index = end
             if end == len(dump.keys):
-                completed = {"start": dump.start_offset, "bytes": self.log_bytes - dump.start_bytes}
+                completed = {
+                    "start": dump.start_offset,
+                    "bytes": self.log_bytes - dump.start_bytes,
+                    "at": time.time(),
+                }
         commit = Commit(
             self.epoch, self.seq, marks, clock, puts, changes.deletes, outbox,
             snapshot=completed,
@@ -335,7 +344,12 @@ class PartitionLog:
         state = self.snapshot_bytes * max(keys, 1) / max(self.snapshot_keys, 1)
         if self.snapshot_bytes + since > max(SNAPSHOT_MIN_BYTES, SNAPSHOT_RATIO * state):
             return True
-        return since > 0 and time.monotonic() - self.snapshot_started >= SNAPSHOT_MAX_AGE_S
+        return time.time() - self.snapshot_taken >= SNAPSHOT_MAX_AGE_S
+
+    def wants_commit(self, keys: int) -> bool:
+        """Whether to commit even with nothing new: a snapshot is being written or is due
+        by age (an idle partition too: retention must never remove its only snapshot)."""
+        return self._dump is not None or self._snapshot_due(keys)
 
     def acked(self, offsets: list[int]) -> bool:
         """Record where the last built records landed. False when they did not land where
@@ -353,7 +367,7 @@ class PartitionLog:
             self.snapshot_bytes = completed["bytes"] + size
             self.snapshot_keys = len(self._dump.keys)
             self.snapshot_start_bytes = self._dump.start_bytes
-            self.snapshot_started = time.monotonic()
+            self.snapshot_taken = completed["at"]
             self._dump = None
         return True
 

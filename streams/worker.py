@@ -48,7 +48,7 @@ from processors import Emitted, PartitionStore, Processor, Source, StreamTimes
 from processors.store import Changes
 from schemas import DeadLetter, Limits
 from streams.metrics import CONTENT_TYPE, PrometheusSink
-from streams.statelog import LogReader, PartitionLog, read_partitions
+from streams.statelog import LogReader, PartitionLog, StateLogError, read_partitions
 from streams.topics import Topics, partition_for, state_topic
 
 log = logging.getLogger("banditflow.worker")
@@ -246,6 +246,7 @@ BROKER_PROBE_S = 1.0
 # Internal errors are dead-lettered one by one (with the exception); the log gets a sample.
 INTERNAL_ERRORS = Throttle(every_s=10.0)
 COMMIT_FAILURES = Throttle(every_s=10.0)
+RECOVERY_FAILURES = Throttle(every_s=10.0)
 
 
 def internal_error(exc: Exception, source: Source, raw: bytes | None, wall: float) -> DeadLetter:
@@ -294,6 +295,8 @@ class Worker:
         self._commit_wanted = asyncio.Event()
         self._committed = asyncio.Event()
         self._recovering: asyncio.Task[None] | None = None
+        self.recovery_error = ""  # why the last recovery attempt failed (for /ready)
+        self._offsets_commit: asyncio.Task[None] | None = None
         self._waiting_events = 0
         self._unfinished: list[Cut] = []  # a commit that failed halfway, to take up again
         self._last_offset_commit = 0.0
@@ -425,6 +428,14 @@ class Worker:
                                 COMMIT_FAILURES.suppressed_note())
                 await asyncio.sleep(min(1.0, 10 * interval))
                 continue
+            except Exception:  # a bug: the memory may now differ from the log; re-read it
+                log.exception("commit failed: reading every partition back from the state log")
+                async with self._commit_lock:
+                    owned = set(self.partitions)
+                    self._forget(owned)
+                self._take_over(owned)
+                await asyncio.sleep(1.0)
+                continue
             left = interval - (time.monotonic() - started)
             if left > 0 and not self._commit_wanted.is_set():
                 with contextlib.suppress(TimeoutError):
@@ -449,6 +460,7 @@ class Worker:
             and not part.decisions
             and not part.dead_letters
             and part.marks == part.committed_marks
+            and not part.log.wants_commit(processor.store.key_count())
         ):
             return None
         for key, _ in changes.puts:
@@ -521,7 +533,7 @@ class Worker:
                 self.sink.state_log_bytes.inc(sum(len(v) for _, v in cut.state))
             self.sink.commit_seconds.observe(time.monotonic() - started)
             self.sink.flush()
-            await self._commit_offsets(written)
+            self._commit_offsets(written)
 
     async def seal(self) -> None:
         """Before a partition leaves cleanly: if its last commit published decisions, write
@@ -593,10 +605,12 @@ class Worker:
             self.topics.deadletter, stub.model_dump_json().encode(), key, partition=partition
         )
 
-    async def _commit_offsets(self, written: list[Cut]) -> None:
+    def _commit_offsets(self, written: list[Cut]) -> None:
         """Tell the group how far each partition got (for lag monitoring only: the worker
-        resumes from the state log's marks), at most once a second."""
-        if time.monotonic() - self._last_offset_commit < 1.0 or not written:
+        resumes from the state log's marks), at most once a second, in the background: a
+        group coordinator that does not answer must not hold up the commits."""
+        running = self._offsets_commit is not None and not self._offsets_commit.done()
+        if running or not written or time.monotonic() - self._last_offset_commit < 1.0:
             return
         self._last_offset_commit = time.monotonic()
         assigned = self.consumer.assignment()
@@ -607,80 +621,123 @@ class Worker:
             if stream in cut.marks
             and (tp := TopicPartition(topic, cut.part.number)) in assigned
         }
-        with contextlib.suppress(KafkaError):
-            await self.consumer.commit(offsets)
+
+        async def commit_offsets() -> None:
+            with contextlib.suppress(KafkaError, OSError, TimeoutError):
+                await asyncio.wait_for(self.consumer.commit(offsets), 5.0)
+
+        self._offsets_commit = asyncio.create_task(commit_offsets())
 
     def _fenced(self, part: PartitionRuntime) -> None:
         log.warning(
             "partition %d: another worker wrote to its state log; reading it again", part.number
         )
-        part.active = False
-        self.active = self.active - {part.number}
-        self.partitions.pop(part.number, None)
+        self._forget({part.number})
         self._take_over({part.number})
+
+    def _forget(self, numbers: set[int]) -> None:
+        """Drop the in-memory state of ``numbers`` and any commit of theirs not finished:
+        the state log is the truth, and they are read back from it when taken over. (Call
+        with the commit lock held, or from a callback where no commit runs.)"""
+        for number in numbers:
+            part = self.partitions.pop(number, None)
+            if part is not None:
+                part.active = False
+        self.active = self.active - numbers
+        self._unfinished = [cut for cut in self._unfinished if cut.part.number not in numbers]
 
     # ------------------------------------------------------------------ ownership
     def _input_tps(self, number: int) -> list[TopicPartition]:
         return [TopicPartition(topic, number) for topic in self.topics.inputs()]
 
     def _take_over(self, numbers: set[int]) -> None:
-        """Pause the inputs of ``numbers``, then recover and resume them in the background
-        (a rebalance callback must return quickly: heartbeats wait for it)."""
+        """Pause the inputs of ``numbers`` (those still assigned), then recover and resume
+        them in the background (a rebalance callback must return quickly: heartbeats wait)."""
+        numbers = numbers & self.owned
+        if not numbers:
+            return
         self.consumer.pause(*(tp for n in numbers for tp in self._input_tps(n)))
         previous = self._recovering
         self._recovering = asyncio.create_task(self._recover(numbers, self.generation, previous))
 
+    def _current(self, generation: int, number: int) -> bool:
+        """Whether a recovery started in ``generation`` may still act on ``number``."""
+        return generation == self.generation and number in self.owned
+
     async def _recover(
         self, numbers: set[int], generation: int, previous: asyncio.Task[None] | None
     ) -> None:
+        """Take ``numbers`` over: from memory when nothing happened to them since (a claim
+        shows it), else from the state log; any failure is logged and retried."""
         if previous is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await previous
         todo = set(numbers)
-        # Partitions kept in memory through a rebalance are current unless someone else
-        # wrote to their log meanwhile, which the claim's offset tells.
         for number in sorted(todo):
             part = self.partitions.get(number)
-            if part is not None and await self._claim(part, generation):
+            kept = (
+                part is not None
+                and part.marks == part.committed_marks
+                and not any(cut.part is part for cut in self._unfinished)
+            )
+            if kept and await self._claim(part, generation):  # type: ignore[arg-type]
                 todo.discard(number)
             else:
-                self.partitions.pop(number, None)
+                async with self._commit_lock:
+                    self._forget({number})
+        failures = 0
         while todo and generation == self.generation and not self.stopping.is_set():
             started = time.monotonic()
             try:
                 readers = await read_partitions(self.reader, self.state_topic, sorted(todo))
-            except (KafkaError, OSError) as exc:
-                log.warning("reading the state log failed, retrying: %s", exc)
-                await asyncio.sleep(0.5)
-                continue
-            for number, reader in readers.items():
-                if generation != self.generation:
-                    return
-                # Parsing the state is CPU work: on a thread, so that heartbeats go on.
-                part = await asyncio.to_thread(
-                    PartitionRuntime, number, reader, self.settings, self.sink, self.wall_now
-                )
-                if reader.last is not None and not reader.last.claim and reader.last.outbox:
-                    # The last commit's decisions may not have gone out before the crash.
-                    await self._send_all(
-                        (self.topics.decisions, number, None, value.encode())
-                        for value in reader.last.outbox
-                    )
-                if await self._claim(part, generation):
-                    todo.discard(number)
-                    self.sink.recovery_seconds.labels(str(number)).set(
-                        time.monotonic() - started
-                    )
-                    self.sink.recovery_bytes.labels(str(number)).set(reader.bytes_read)
-                    log.info(
-                        "partition %d recovered in %.2fs: %d commits, %d keys, %d bytes read",
-                        number, time.monotonic() - started, reader.commits, len(reader.values),
-                        reader.bytes_read,
-                    )
+                for number, reader in readers.items():
+                    if self._current(generation, number) and await self._recover_one(
+                        number, reader, generation, started
+                    ):
+                        todo.discard(number)
+                todo &= self.owned
+                failures = 0
+            except Exception as exc:  # a broker hiccup, a damaged log: say so, retry
+                failures += 1
+                self.recovery_error = f"{type(exc).__name__}: {exc}"
+                if RECOVERY_FAILURES.allow(time.monotonic()):
+                    log.error("recovering partitions %s failed, retrying: %s%s", sorted(todo),
+                              self.recovery_error, RECOVERY_FAILURES.suppressed_note(),
+                              exc_info=not isinstance(exc, KafkaError | StateLogError))
+                await asyncio.sleep(min(5.0, 0.25 * 2**failures))
+        self.recovery_error = ""
+
+    async def _recover_one(
+        self, number: int, reader: LogReader, generation: int, started: float
+    ) -> bool:
+        # Parsing the state is CPU work: on a thread, so that heartbeats go on.
+        part = await asyncio.to_thread(
+            PartitionRuntime, number, reader, self.settings, self.sink, self.wall_now
+        )
+        if not self._current(generation, number):
+            return False
+        if reader.last is not None and not reader.last.claim and reader.last.outbox:
+            # The last commit's decisions may not have gone out before the crash.
+            await self._send_all(
+                (self.topics.decisions, number, None, value.encode())
+                for value in reader.last.outbox
+            )
+        if not await self._claim(part, generation):
+            return False
+        self.sink.recovery_seconds.labels(str(number)).set(time.monotonic() - started)
+        self.sink.recovery_bytes.labels(str(number)).set(reader.bytes_read)
+        log.info(
+            "partition %d recovered in %.2fs: %d commits, %d keys, %d bytes read",
+            number, time.monotonic() - started, reader.commits, len(reader.values),
+            reader.bytes_read,
+        )
+        return True
 
     async def _claim(self, part: PartitionRuntime, generation: int) -> bool:
-        """Write ``part``'s claim; activate it if the claim landed where ``part``'s log
-        expected it (nobody else wrote since) and the assignment has not changed."""
+        """Write ``part``'s claim and activate it, if the assignment has not changed and the
+        claim lands where ``part``'s log expects it (nobody else wrote since)."""
+        if not self._current(generation, part.number):
+            return False  # (it would be ignored anyway, landing where it did not expect)
         records = part.log.claim(dict(part.marks), dict(part.clock))
         try:
             futures = [
@@ -693,17 +750,17 @@ class Worker:
             return False
         if not part.log.acked(offsets):
             return False
-        if generation == self.generation:
-            await self._activate(part)
-        return True  # (when reassigned meanwhile, the next owner claims again)
+        return await self._activate(part, generation)
 
-    async def _activate(self, part: PartitionRuntime) -> None:
+    async def _activate(self, part: PartitionRuntime, generation: int) -> bool:
         consumer = self.consumer
         tps = self._input_tps(part.number)
         unread = [tp for tp in tps if self.streams[tp.topic] not in part.marks]
         # Asked on the state reader's connection: on the consumer's own, the request would
         # queue behind its fetch long-poll.
         beginnings = await self.reader.beginning_offsets(unread) if unread else {}
+        if not self._current(generation, part.number):
+            return False  # reassigned meanwhile: whoever owns it now claims it again
         for tp in tps:
             offset = part.marks.get(self.streams[tp.topic])
             consumer.seek(tp, beginnings[tp] if offset is None else offset)
@@ -711,6 +768,7 @@ class Worker:
         part.active = True
         self.active = self.active | {part.number}
         consumer.resume(*tps)
+        return True
 
     def wall_now(self) -> float:
         """The wall clock as of the current batch (one lookup per batch, not per event)."""
@@ -718,9 +776,14 @@ class Worker:
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
         self.generation += 1
-        with contextlib.suppress(KafkaError, OSError):
+        try:
             await self.commit()
             await self.seal()
+        except Exception as exc:  # what is not in the log must not be kept: read it again
+            log.warning("commit before a rebalance failed (%s): the partitions will be read "
+                        "back from the state log", exc)
+            async with self._commit_lock:
+                self._forget(set(self.partitions))
         for number in {tp.partition for tp in revoked}:
             part = self.partitions.get(number)
             if part is not None:
@@ -749,7 +812,8 @@ class Worker:
         if not owned:
             return False, "joining the consumer group"
         if owned - active:
-            return False, f"recovering partitions {sorted(owned - active)}"
+            error = f" ({self.recovery_error})" if self.recovery_error else ""
+            return False, f"recovering partitions {sorted(owned - active)}{error}"
         return True, f"ready: partitions {sorted(owned)}"
 
     def _serve_http(self) -> ThreadingHTTPServer:

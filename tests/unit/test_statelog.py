@@ -7,6 +7,7 @@ broker-facing reading is tested on the embedded broker (tests/integration/).
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import orjson
@@ -167,6 +168,7 @@ def test_a_snapshot_holds_every_key_that_did_not_change_after_it_began(monkeypat
         processor.on_config(f"l{i}", json.dumps(config).encode(), Source("learners"), 0.0)
     log: Records = []
     writer = PartitionLog(0, LogReader())
+    writer.snapshot_taken = time.time()  # (not due by age: by size, at the next commit)
     assert writer.acked(append(log, writer.commit(
         processor.store, processor.store.changes(), {}, {}, []
     )))
@@ -234,9 +236,10 @@ def test_a_former_owner_landing_after_a_claim_changes_nothing_not_even_the_snaps
     store = processor.store
     log: Records = []
     a = PartitionLog(0, LogReader())
+    a.snapshot_taken = time.time()  # (as if one had just been taken)
     assert a.acked(append(log, a.claim({}, {})))
     assert a.acked(append(log, a.commit(store, store.changes(), {"learners": 12}, {}, [])))
-    a.snapshot_started -= 2 * statelog.SNAPSHOT_MAX_AGE_S  # a snapshot starts next
+    a.snapshot_taken -= 2 * statelog.SNAPSHOT_MAX_AGE_S  # a snapshot starts next
     assert a.acked(append(log, a.commit(store, store.changes(), {"learners": 12}, {}, [])))
     assert a._dump is not None
     while a._dump.index + 10 < len(a._dump.keys):  # all but its last slice
@@ -282,3 +285,28 @@ def test_a_stale_claim_that_lands_late_is_ignored_even_with_a_higher_epoch() -> 
         reader.feed(*record)
     assert reader.last is not None and reader.last.marks == {"learners": 5}
     assert set(reader.values) == {"c/x", "l/x"} and reader.epoch == w2.epoch
+
+
+def test_an_idle_partition_is_snapshotted_by_age_and_a_restart_does_not_put_it_off() -> None:
+    """Retention (7 days on the state topic) must never remove the only snapshot: even a
+    partition that changes nothing takes one at least hourly, counted across restarts
+    (found by review: an idle partition never did)."""
+    processor = Processor()
+    config = {"learner_id": "idle", "family": "conformal", "algorithm": "sps",
+              "params": {"alpha": 0.8, "horizon": 100}}
+    processor.on_config("idle", json.dumps(config).encode(), Source("learners"), 0.0)
+    store, log = processor.store, []
+    writer = PartitionLog(0, LogReader())
+    assert writer.wants_commit(store.key_count())  # no snapshot yet: the first commit
+    assert writer.acked(append(log, writer.commit(store, store.changes(), {}, {}, [])))
+    assert writer.snapshot_at == 0 and not writer.wants_commit(store.key_count())
+    reader = LogReader()
+    for record in log:
+        reader.feed(*record)
+    restarted = PartitionLog(0, reader)
+    assert restarted.snapshot_taken == writer.snapshot_taken  # from the log
+    assert not restarted.wants_commit(store.key_count())
+    restarted.snapshot_taken -= statelog.SNAPSHOT_MAX_AGE_S  # an hour without a change
+    assert restarted.wants_commit(store.key_count())
+    assert restarted.acked(append(log, restarted.commit(store, store.changes(), {}, {}, [])))
+    assert restarted.snapshot_at == 1 and not restarted.wants_commit(store.key_count())
