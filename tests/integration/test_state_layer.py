@@ -15,7 +15,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 import streams.statelog as statelog
-from processors import Processor, Source
+from processors import Processor, Source, StreamTimes
 from streams.broker import EmbeddedBroker, free_port
 from streams.demo import start_worker as start_worker_process
 from streams.demo import stop as stop_process
@@ -58,7 +58,8 @@ def test_tansu_end_offset_counts_batches_but_fetch_high_watermark_is_right(broke
 
 
 def drive(processor: Processor, start: int, count: int) -> None:
-    """Contexts for three conformal learners, feedback for every other one."""
+    """Contexts for three conformal learners, feedback for each at once (settled decisions
+    are purged after the processor's retention: the state stays small, the history grows)."""
     for lid in ("a", "b", "c"):
         if lid not in processor.store.learners:
             config = {"learner_id": lid, "family": "conformal", "algorithm": "sps",
@@ -68,16 +69,18 @@ def drive(processor: Processor, start: int, count: int) -> None:
         lid = "abc"[i % 3]
         body = {"learner_id": lid, "event_id": f"e{i}", "labels": ["x", "y"],
                 "scores": [0.1 * (i % 7), 0.3]}
-        processor.on_context(json.dumps(body).encode(), Source("contexts"), float(i))
-        if i % 2:
-            feedback = {"learner_id": lid, "event_id": f"e{i}", "label": "x"}
-            processor.on_feedback(json.dumps(feedback).encode(), Source("feedback"), float(i))
+        decided = processor.on_context(json.dumps(body).encode(), Source("contexts"), float(i))
+        held = decided.decisions[0].output["labels"]
+        feedback = {"learner_id": lid, "event_id": f"e{i}"}
+        feedback.update({"label": held[0]} if held else {"missed": True})
+        processor.on_feedback(json.dumps(feedback).encode(), Source("feedback"), float(i))
+    processor.on_tick(StreamTimes.at(float(start + count)))
 
 
 def test_recovery_reads_multi_record_batches_and_snapshots(broker, monkeypatch) -> None:
     """Commits split into parts and sent in multi-record batches (the end offset is then
     off by the batch on Tansu) are read back whole, from the latest snapshot on."""
-    monkeypatch.setattr(statelog, "PART_BYTES", 300)
+    monkeypatch.setattr(statelog, "PART_BYTES", 120)
     monkeypatch.setattr(statelog, "SNAPSHOT_MIN_BYTES", 3000)
     monkeypatch.setattr(statelog, "SNAPSHOT_SLICE_KEYS", 40)
     topic = state_topic("multi")
@@ -87,7 +90,7 @@ def test_recovery_reads_multi_record_batches_and_snapshots(broker, monkeypatch) 
         producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=20)
         await producer.start()
         writer = PartitionLog(1, LogReader())
-        processor = Processor(retention_s=1e9)
+        processor = Processor(retention_s=30.0)
         batches = []
         for step in range(30):
             drive(processor, 20 * step, 20)
@@ -187,8 +190,9 @@ def test_a_restarted_worker_removes_its_dead_predecessor_from_the_group(
 
 
 def test_a_restart_reads_the_state_not_the_history(broker, start_worker, wait_until) -> None:
-    """A long history with a small state (settled decisions kept 2 s): the restarted worker
-    reads a small part of its state log (from the latest snapshot), not all of it."""
+    """A long history with a small state (settled decisions kept 2 s, then purged): the
+    restarted worker reads a small part of its state log (from the latest snapshot), not all
+    of it."""
     prefix, lid, events = "history", "hi", 50_000
     args = ["--retention", "2"]
     worker = start_worker(prefix, partitions=2, extra_args=args)
@@ -208,10 +212,23 @@ def test_a_restart_reads_the_state_not_the_history(broker, start_worker, wait_un
             body = {"learner_id": lid, "event_id": f"e{i}", "labels": labels,
                     "scores": scores[i]}
             await producer.send(topics.contexts, json.dumps(body).encode(), lid.encode())
-        for i in range(events):  # ... then settled, then purged
-            await producer.send(topics.feedback, json.dumps(
-                {"learner_id": lid, "event_id": f"e{i}", "missed": True}
-            ).encode(), lid.encode())
+        consumer = AIOKafkaConsumer(topics.decisions, bootstrap_servers=broker.bootstrap,
+                                    auto_offset_reset="earliest")
+        await consumer.start()
+        answered: set[str] = set()
+        while len(answered) < events:  # ... then settled (as a set-aware application would)
+            for batch in (await consumer.getmany(timeout_ms=1000)).values():
+                for message in batch:
+                    decision = orjson.loads(message.value)
+                    if decision["event_id"] in answered:
+                        continue
+                    answered.add(decision["event_id"])
+                    held = decision["output"]["labels"]
+                    body = {"learner_id": lid, "event_id": decision["event_id"]}
+                    body.update({"label": held[0]} if held else {"missed": True})
+                    await producer.send(topics.feedback, json.dumps(body).encode(),
+                                        lid.encode())
+        await consumer.stop()
         await producer.stop()
 
     asyncio.run(drive())
