@@ -35,6 +35,13 @@ class LearnerError(ValueError):
     """An event or a parameter that the learner cannot use; the message says why."""
 
 
+class ContradictingFeedback(LearnerError):
+    """Feedback that contradicts its decision or its family: a label the prediction set did
+    not hold, a loss or reward the played action cannot reveal, another family's fields.
+    Nothing it says may reach the learner; the processors dead-letter it as
+    ``contradicting_feedback``."""
+
+
 @dataclass(frozen=True)
 class Decided:
     """What ``decide`` returns: the published output and the record kept until feedback."""
@@ -63,6 +70,9 @@ class Learner(ABC):
     algorithm: ClassVar[str]
     #: The algorithm's own parameters (families add their common ones in ``parameters``).
     PARAMS: ClassVar[set[str]] = set()
+    #: The feedback fields the family reads (besides the envelope and ``part``); feedback
+    #: carrying any other field is another family's and is refused.
+    FEEDBACK_FIELDS: ClassVar[frozenset[str]]
 
     @classmethod
     def parameters(cls) -> frozenset[str]:

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from learners.base import Learned, Learner, LearnerError
+from learners.base import ContradictingFeedback, Learned, Learner, LearnerError
 from learners.registry import learner_class, make_learner
 from processors import stats
 from processors.records import (
@@ -65,6 +65,13 @@ ENVELOPE = {"schema_version", "learner_id", "event_id", "ts"}
 REDO_LIMIT = 256
 # Exceptions from a learner that mean "this event is unusable", not "the worker is broken".
 LEARNER_FAILURES = (LearnerError, ValueError, TypeError, IndexError, KeyError)
+
+
+def failure_reason(exc: Exception) -> str:
+    """The dead-letter reason of an exception from a learner call."""
+    if isinstance(exc, ContradictingFeedback):
+        return "contradicting_feedback"
+    return "learner_rejected" if isinstance(exc, LearnerError) else "learner_error"
 
 
 @dataclass(frozen=True)
@@ -336,8 +343,7 @@ class Processor:
         try:
             decided = self._call(entry, "decide", fields, LazyGenerator(config["seed"], eid))
         except LEARNER_FAILURES as exc:
-            reason = "learner_rejected" if isinstance(exc, LearnerError) else "learner_error"
-            self._dead(out, reason, str(exc), raw, source, now, lid, eid)
+            self._dead(out, failure_reason(exc), str(exc), raw, source, now, lid, eid)
             return out
         context_ts = context.ts if context.ts is not None else source.timestamp
         decided_at = self._wall(now)
@@ -457,12 +463,18 @@ class Processor:
             self.sink.processed(source.topic, "deduplicated")
             return out
         fields = feedback.model_dump(exclude=ENVELOPE, exclude_none=True)
+        accepted = type(entry.learner).FEEDBACK_FIELDS
+        foreign = sorted(name for name in fields if name not in accepted and name != "part")
+        if foreign:
+            return dead(
+                "contradicting_feedback",
+                f"{', '.join(foreign)} is not {entry.config['family']} feedback "
+                f"(it takes {', '.join(sorted(accepted))})",
+            )
         try:
             learned: Learned = self._call(entry, "learn", record.pending, fields)
         except LEARNER_FAILURES as exc:
-            return dead(
-                "learner_rejected" if isinstance(exc, LearnerError) else "learner_error", str(exc)
-            )
+            return dead(failure_reason(exc), str(exc))
         stats.on_learned(entry.stats, learned.metrics, settled=learned.done)
         store.touch_learner(lid)
         record.parts.append(part)

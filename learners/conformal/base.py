@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from learners.base import Decided, Learned, Learner, LearnerError, require
+from learners.base import ContradictingFeedback, Decided, Learned, Learner, LearnerError, require
 
 
 def target_coverage(params: Mapping[str, Any]) -> float:
@@ -42,6 +42,7 @@ class ConformalLearner(Learner):
     """Base of the conformal family. ``threshold`` is -inf for the full set."""
 
     family: ClassVar[str] = "conformal"
+    FEEDBACK_FIELDS: ClassVar[frozenset[str]] = frozenset({"label", "missed"})
 
     @property
     @abstractmethod
@@ -68,16 +69,42 @@ class ConformalLearner(Learner):
             "threshold": threshold,
             "labels": output["labels"],
             "scores": [score for _, score in chosen],
+            "offered": len(labels),  # a miss is impossible when the set holds them all
         }
         return Decided(output=output, pending=pending)
 
     def learn(self, pending: Mapping[str, Any], feedback: Mapping[str, Any]) -> Learned:
-        label = feedback.get("label")
-        score = None
-        if label is not None and label in pending["labels"]:
-            score = pending["scores"][pending["labels"].index(label)]
+        score = self.covered_score(pending, feedback)
         self.observe(score)
         return Learned(done=True, metrics={"covered": 0.0 if score is None else 1.0})
+
+    @staticmethod
+    def covered_score(pending: Mapping[str, Any], feedback: Mapping[str, Any]) -> float | None:
+        """The true label's score when the feedback says the set covered it, None for a miss.
+
+        Semi-bandit feedback names the label only when the set held it; a label outside the
+        set, or a miss of a set that held every offered label, contradicts the decision.
+        """
+        label = feedback.get("label")
+        labels = pending["labels"]
+        if label is not None:
+            if label not in labels:
+                shown = ", ".join(map(repr, labels[:10])) + (", ..." if len(labels) > 10 else "")
+                raise ContradictingFeedback(
+                    f"label {label!r} was not in the prediction set [{shown}]: feedback names "
+                    "the true label only when the set held it (else send \"missed\": true)"
+                )
+            return float(pending["scores"][labels.index(label)])
+        if feedback.get("missed") is not True:
+            raise ContradictingFeedback(
+                "conformal feedback needs the covered 'label' or \"missed\": true"
+            )
+        offered = pending.get("offered")  # absent in records decided before it was kept
+        if offered is not None and len(labels) >= offered:
+            raise ContradictingFeedback(
+                f"\"missed\": true, but the prediction set held all {offered} offered labels"
+            )
+        return None
 
     def expire(self, pending: Mapping[str, Any]) -> Learned:
         self.observe(None)  # timeouts count as misses: safe, they can only lower tau

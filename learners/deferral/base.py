@@ -51,7 +51,16 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from learners.base import JSON, Decided, Learned, Learner, LearnerError, check_unknown, require
+from learners.base import (
+    JSON,
+    ContradictingFeedback,
+    Decided,
+    Learned,
+    Learner,
+    LearnerError,
+    check_unknown,
+    require,
+)
 
 FEEDBACK_MODES = ("full", "bandit")
 NORM_TOLERANCE = 1e-9
@@ -136,6 +145,9 @@ class DeferralLearner(Learner):
     """Base of the deferral family: subclasses implement ``choose`` (and may learn)."""
 
     family: ClassVar[str] = "deferral"
+    FEEDBACK_FIELDS: ClassVar[frozenset[str]] = frozenset(
+        {"model_reward", "human_reward", "human_cost"}
+    )
     PARAMS: ClassVar[set[str]] = set()  # the algorithm's own parameters
 
     @classmethod
@@ -254,7 +266,7 @@ class DeferralLearner(Learner):
         expected = pending["parts"]
         unexpected = [part for part in parts if part not in expected]
         if unexpected:
-            raise LearnerError(
+            raise ContradictingFeedback(
                 f"feedback part {unexpected[0]!r} is not expected for this decision "
                 f"(deferred={pending['defer']}); expected one of {expected}"
             )

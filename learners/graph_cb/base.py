@@ -32,7 +32,16 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from learners.base import JSON, Decided, Learned, Learner, LearnerError, check_unknown, require
+from learners.base import (
+    JSON,
+    ContradictingFeedback,
+    Decided,
+    Learned,
+    Learner,
+    LearnerError,
+    check_unknown,
+    require,
+)
 from learners.graph_cb.graphs import as_graph, independence_number, named_graph
 from learners.graph_cb.oracles import Oracle, build_oracle
 from learners.graph_cb.schedules import GammaSchedule
@@ -42,6 +51,7 @@ class GraphCBLearner(Learner):
     """Base of the graph_cb family; subclasses choose p from (fhat, G, gamma)."""
 
     family: ClassVar[str] = "graph_cb"
+    FEEDBACK_FIELDS: ClassVar[frozenset[str]] = frozenset({"losses"})
     COMMON_PARAMS: ClassVar[set[str]] = {
         "actions", "graph", "graph_kind", "feature_dim", "feature_layout", "update",
         "learning_rate", "ridge", "bias", "oracle", "hidden_size", "oracle_seed",
@@ -159,11 +169,15 @@ class GraphCBLearner(Learner):
             except (TypeError, ValueError) as exc:
                 raise LearnerError(f"bad revealed loss {key!r}: {value!r}") from exc
             if not 0 <= action < self.actions:
-                raise LearnerError(f"revealed action {action} is not in [0, {self.actions})")
+                raise ContradictingFeedback(
+                    f"revealed action {action} is not in [0, {self.actions})"
+                )
             if not -1.0 <= loss <= 1.0:
                 raise LearnerError(f"loss of action {action} must lie in [-1, 1], got {loss}")
             if graph is not None and graph[played, action] <= 0.0:
-                raise LearnerError(f"playing {played} cannot reveal action {action} (G = 0)")
+                raise ContradictingFeedback(
+                    f"playing {played} cannot reveal action {action} (G = 0)"
+                )
             revealed[action] = loss
         return revealed
 

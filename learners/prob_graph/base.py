@@ -41,7 +41,16 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from learners.base import JSON, Decided, Learned, Learner, LearnerError, check_unknown, require
+from learners.base import (
+    JSON,
+    ContradictingFeedback,
+    Decided,
+    Learned,
+    Learner,
+    LearnerError,
+    check_unknown,
+    require,
+)
 from learners.prob_graph.graph import Setting, parse_setting
 
 
@@ -57,7 +66,7 @@ def parse_rewards(feedback: Mapping[str, Any], arms: int, bernoulli: bool) -> di
         except (TypeError, ValueError) as exc:
             raise LearnerError(f"feedback reward key {key!r} is not an arm index") from exc
         if not 0 <= arm < arms:
-            raise LearnerError(f"feedback reward for arm {arm}, outside 0..{arms - 1}")
+            raise ContradictingFeedback(f"feedback reward for arm {arm}, outside 0..{arms - 1}")
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise LearnerError(f"feedback reward of arm {arm} must be a number, got {value!r}")
         reward = float(value)
@@ -87,6 +96,7 @@ class ProbGraphLearner(Learner):
     """
 
     family: ClassVar[str] = "prob_graph"
+    FEEDBACK_FIELDS: ClassVar[frozenset[str]] = frozenset({"rewards", "complete"})
     COMMON_PARAMS: ClassVar[set[str]] = {"arms", "edges", "rewards", "case", "warmup_observations"}
     PARAMS: ClassVar[set[str]] = set()
 
@@ -169,7 +179,7 @@ class ProbGraphLearner(Learner):
         arm, observed = self.open[key]
         impossible = [j for j in rewards if not self.setting.revealable[arm, j]]
         if impossible:
-            raise LearnerError(
+            raise ContradictingFeedback(
                 f"feedback reveals arm(s) {impossible}, which playing arm {arm} cannot reveal"
             )
         metrics: dict[str, float] = {}

@@ -4,7 +4,8 @@ feedback.
 Log: JSONL, one round per line, ``{"event_id", "labels": [...], "scores": [...],
 "true_label"}`` (higher score = more likely). A true label absent from ``labels`` is never
 coverable: its score counts as -inf. The learner sees only the labels and scores; the
-feedback is the true label when it is in the set, ``missed`` otherwise.
+feedback is the true label when it is in the set, ``missed`` otherwise, and none when the
+set held every candidate (a miss would contradict such a set: the timeout settles it).
 
 Reported with the log's own ground truth (the empirical distribution of true-label scores):
 G*(tau) = share of rounds whose true label scores below tau (the miscoverage of the set
@@ -119,6 +120,7 @@ class ConformalTask:
         self.records = records
         self.alpha = alpha
         self.round_true_scores = [true_score(r) for r in records]
+        self.round_min_scores = [min(r["scores"]) for r in records]
         # A true label that is not a candidate scores below everything: -inf in G*.
         self.true_scores = np.sort(np.nan_to_num(self.round_true_scores, nan=-np.inf))
         n = len(self.true_scores)
@@ -154,6 +156,10 @@ class ConformalTask:
     ) -> list[dict[str, Any]]:
         if round_.hidden in output["labels"]:
             return [{"label": round_.hidden}]
+        if output["set_size"] == len(round_.context["labels"]):
+            # The true label is not a candidate and the set held them all: "missed" would
+            # contradict the decision (dead-lettered), so the timeout settles it as a miss.
+            return []
         return [{"missed": True}]
 
     def row(self, t: int, round_: LoggedRound, output: Mapping[str, Any]) -> dict[str, Any]:
@@ -257,7 +263,9 @@ def replay_direct(
     covered = np.zeros(rounds, dtype=bool)
     observe = learner.observe  # what learn() (true label's score or None) and expire() do
     open_decisions: OrderedDict[int, None] = OrderedDict()  # only while feedback can be lost
-    track = delay.loss > 0
+    min_scores = task.round_min_scores
+    # Rounds whose miss the application cannot report (see ConformalTask.feedback) expire.
+    track = delay.loss > 0 or any(math.isnan(score) for score in truth)
     expired_at: dict[int, float] = {}
     last_sweep = -math.inf
     rejected: dict[str, int] = {}
@@ -298,7 +306,8 @@ def replay_direct(
             score = None
         if track:
             open_decisions[t] = None
-        send(t, (t, score))
+        if not (math.isnan(truth[t]) and min_scores[t] >= tau):
+            send(t, (t, score))
         if progress is not None:
             progress(t + 1)
     last = float(rounds)

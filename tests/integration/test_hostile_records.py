@@ -4,7 +4,8 @@ valid record, none reaches a learner, the worker never stops or wedges.
 Among them the records that used to escape: raw bytes whose dead letter, once decoded and
 escaped, outgrew the producer's 1 MB limit (the dead letter now keeps the first 64 KiB and
 the size), JSON nested 10,000 deep, a 5,000-digit number, an encoded surrogate and a record
-with a null value (one parse, by pydantic, reports all of them as malformed JSON).
+with a null value (one parse, by pydantic, reports all of them as malformed JSON); and
+feedback that contradicts its decision.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import json
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from streams.scrape import samples
+from streams.scrape import samples, value
 
 pytestmark = pytest.mark.integration
 
@@ -34,6 +35,14 @@ HOSTILE: list[tuple[str, bytes | None, str]] = [
     ("feedback", None, "malformed_json"),
     ("contexts", b'{"learner_id": "hostile", "event_id": "x", "labels": ["a"], '
      b'"scores": [NaN]}', "non_finite"),
+]
+
+# Feedback for decision ok0 (labels a, b, both in SPS's burn-in set) that cannot be true of it.
+CONTRADICTING: list[dict[str, object]] = [
+    {"label": "never-offered"},
+    {"missed": True},  # the set held every label
+    {"losses": {"0": 0.5}},  # graph_cb's field
+    {"rewards": {"0": 1.0}},  # prob_graph's field
 ]
 
 
@@ -59,11 +68,27 @@ def test_hostile_records_each_get_one_dead_letter(
                                          LID.encode())
         await producer.stop()
 
+    async def answer() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
+        await producer.start()
+        for body in [*CONTRADICTING, {"label": "a"}]:  # the true answer comes last
+            await producer.send_and_wait(topics.feedback, json.dumps(
+                {"learner_id": LID, "event_id": "ok0", **body}).encode(), LID.encode())
+        await producer.stop()
+
     asyncio.run(produce())
     decisions = read_topic(topics.decisions)
     decisions.wait_for(lambda rs: len({r["event_id"] for r in rs}) >= len(HOSTILE), 60)
-    dead = read_topic(topics.deadletter).wait_for(lambda rs: len(rs) >= len(HOSTILE), 60)
-    assert sorted(d["reason"] for d in dead) == sorted(reason for _, _, reason in HOSTILE)
+    asyncio.run(answer())
+    expected = [reason for _, _, reason in HOSTILE] + ["contradicting_feedback"] * len(
+        CONTRADICTING
+    )
+    dead = read_topic(topics.deadletter).wait_for(lambda rs: len(rs) >= len(expected), 60)
+    assert sorted(d["reason"] for d in dead) == sorted(expected)
+    # Nothing the contradicting feedback said reached the learner; the true answer did.
+    wait_until(lambda: value(worker.metrics(), "banditflow_learner_feedback",
+                             learner_id=LID) == 1)
+    assert value(worker.metrics(), "banditflow_learner_coverage", learner_id=LID) == 1.0
     assert all(len(d["raw"]) <= 64 * 1024 for d in dead)
     assert sorted(d["raw_size"] for d in dead if d["raw_size"]) == [200_000, 400_000]
     text = worker.metrics()

@@ -40,17 +40,19 @@ def feedback_stream(
     """Drive ``learner`` through ``rounds`` decisions with delayed, reordered feedback.
 
     Yields after every incorporated feedback. Scores are U(0, 1) or small integers (ties);
-    the true label is sometimes absent from the candidates (a miss even under the full set),
-    and some decisions time out instead of getting feedback.
+    the true label is sometimes absent from the candidates (a miss even under the full set,
+    which only a timeout can tell), and some decisions time out instead of getting feedback.
     """
     in_flight: list[tuple[dict[str, Any], float, bool]] = []
 
     def settle(index: int) -> Feedback:
         pending, true_score, timed_out = in_flight.pop(index)
-        if timed_out:
-            learner.expire(pending)
-        else:
+        if TRUE_LABEL in pending["labels"] and not timed_out:
             learner.learn(pending, {"label": TRUE_LABEL})
+        elif len(pending["labels"]) < pending["offered"] and not timed_out:
+            learner.learn(pending, {"missed": True})
+        else:  # (a miss of a set holding every candidate contradicts it: only a timeout)
+            learner.expire(pending)
         used = -math.inf if pending["threshold"] is None else pending["threshold"]
         covered = TRUE_LABEL in pending["labels"] and not timed_out
         return used, true_score if covered else None

@@ -167,7 +167,7 @@ def test_a_failing_learner_call_changes_nothing(processor: Processor, monkeypatc
     halfway through a learner's update leaves no trace of it."""
     for i in range(5):
         processor.on_context(context(f"e{i}"), CONTEXTS, float(i))
-        processor.on_feedback(feedback(f"e{i}", "y0" if i % 2 else None), FEEDBACK, i + 0.5)
+        processor.on_feedback(feedback(f"e{i}", f"y{i % 3}"), FEEDBACK, i + 0.5)
     processor.on_context(context("e5"), CONTEXTS, 6.0)
     before = processor.store.learners[LID].learner.to_state()
     learner = processor.store.learners[LID].learner
@@ -497,3 +497,106 @@ def test_held_feedback_is_dead_lettered_once_when_its_context_is_rejected() -> N
     released = p.on_config(LID, config(early_feedback_grace_s=3.0), CONFIGS, 1.0)
     assert reasons(released) == ["learner_rejected"]
     assert reasons(tick(p, 10.0)) == ["feedback_without_decision"]
+
+
+def learner_state(p: Processor, lid: str = LID) -> dict[str, Any]:
+    return json.loads(json.dumps(p.store.learners[lid].learner.to_state()))
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ({"label": "never-offered"}, "was not in the prediction set"),
+        ({"missed": True}, "held all 3 offered labels"),  # SPS's burn-in set is full
+        ({"missed": False}, "needs the covered 'label'"),
+        ({"losses": {"0": 0.5}}, "losses is not conformal feedback"),
+        ({"label": "y0", "rewards": {"0": 1.0}}, "rewards is not conformal feedback"),
+    ],
+)
+def test_contradicting_feedback_is_dead_lettered_and_never_reaches_the_learner(
+    processor: Processor, body: dict[str, Any], says: str
+) -> None:
+    decision = processor.on_context(context("e1"), CONTEXTS, 1.0).decisions[0]
+    assert decision.output["labels"] == ["y0", "y1", "y2"]
+    before = learner_state(processor)
+    out = processor.on_feedback(
+        encode({"learner_id": LID, "event_id": "e1", **body}), FEEDBACK, 2.0
+    )
+    assert reasons(out) == ["contradicting_feedback"]
+    assert says in out.dead_letters[0].detail
+    assert learner_state(processor) == before
+    assert processor.store.decisions[f"{LID}/e1"].open  # the true feedback may still come
+    assert processor.on_feedback(feedback("e1", "y1"), FEEDBACK, 3.0).dead_letters == []
+    assert sps_n(processor) == 1
+
+
+def test_a_label_outside_a_partial_set_contradicts_it() -> None:
+    from learners.base import ContradictingFeedback
+    from learners.conformal.base import ConformalLearner
+
+    pending = {"threshold": 0.4, "labels": ["b"], "scores": [0.7], "offered": 3}
+    assert ConformalLearner.covered_score(pending, {"label": "b"}) == 0.7
+    assert ConformalLearner.covered_score(pending, {"missed": True}) is None
+    with pytest.raises(ContradictingFeedback, match="'a' was not in the prediction set"):
+        ConformalLearner.covered_score(pending, {"label": "a"})
+
+
+@pytest.mark.parametrize(
+    ("family", "params", "context_fields", "body", "says"),
+    [
+        (
+            "graph_cb", "squarecb_g",
+            {"features": [0.5, -1.0]},
+            lambda out: {"losses": {str(out["action"]): 0.2}},  # loopless: cannot see itself
+            "cannot reveal action",
+        ),
+        (
+            "graph_cb", "squarecb_g",
+            {"features": [0.5, -1.0]},
+            lambda out: {"losses": {"7": 0.2}},
+            "revealed action 7 is not in [0, 3)",
+        ),
+        (
+            "graph_cb", "squarecb_g",
+            {"features": [0.5, -1.0]},
+            lambda out: {"label": "y0"},
+            "label is not graph_cb feedback",
+        ),
+        (
+            "prob_graph", "ucb_n",
+            {},
+            lambda out: {"rewards": {str(out["arm"]): 0.3}},  # no self-loops
+            "cannot reveal",
+        ),
+        (
+            "deferral", "ucb",
+            {"features": [0.6, 0.8]},
+            lambda out: {"part": "human", "human_reward": 1.0, "human_cost": 0.1},
+            "is not expected for this decision",
+        ),
+    ],
+)
+def test_contradicting_feedback_of_every_family_is_dead_lettered(
+    family: str, params: str, context_fields: dict[str, Any], body: Any, says: str
+) -> None:
+    configs = {
+        "graph_cb": {"graph_kind": "cops_and_robbers", "actions": 3, "feature_dim": 2,
+                     "gamma_schedule": "constant", "gamma": 10.0},
+        "prob_graph": {"arms": 2, "edges": [[0, 1, 1.0], [1, 0, 1.0]]},
+        "deferral": {"dim": 2, "budget": 5.0, "horizon": 100, "warmup": 0},
+    }
+    p = Processor()
+    p.on_config("x", encode({"learner_id": "x", "family": family, "algorithm": params,
+                             "params": configs[family]}), CONFIGS, 0.0)
+    decided = p.on_context(encode({"learner_id": "x", "event_id": "e", **context_fields}),
+                           CONTEXTS, 1.0)
+    output = decided.decisions[0].output
+    if family == "deferral":
+        assert not output["defer"], "warmup 0 with this budget: the model decides first"
+    before = learner_state(p, "x")
+    out = p.on_feedback(encode({"learner_id": "x", "event_id": "e", **body(output)}),
+                        FEEDBACK, 2.0)
+    assert reasons(out) == ["contradicting_feedback"]
+    assert says in out.dead_letters[0].detail
+    assert learner_state(p, "x") == before
+    assert p.store.decisions["x/e"].open
