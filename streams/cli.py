@@ -106,6 +106,14 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
         help="this worker's identity across restarts (default: host name and web port); a "
         "restarted worker removes its dead predecessor from the group at once",
     )
+    parser.add_argument(
+        "--on-state-loss",
+        choices=("exit", "fresh"),
+        default="exit",
+        help="when the broker no longer holds the worker's state log (a broker restarted "
+        "empty, topics deleted): exit with status 3, or start the lost partitions afresh with "
+        "empty state (default: %(default)s)",
+    )
     parser.add_argument("--loglevel", default="warning", help="(default: %(default)s)")
 
 
@@ -132,6 +140,7 @@ def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is l
         max_exported_learners=args.max_exported_learners,
         session_timeout_s=session,
         instance_id=args.instance_id,
+        on_state_loss=args.on_state_loss,
         limits=Limits(args.max_event_bytes, args.max_labels, args.max_features),
     )
 
@@ -159,16 +168,17 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     from streams.broker import wait_for_broker
     from streams.topics import Topics, ensure_topics
-    from streams.worker import run_worker
+    from streams.worker import RepeatFilter, run_worker
 
     logging.basicConfig(
         level=args.loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RepeatFilter())
     wait_for_broker(args.bootstrap)
     settings = worker_settings(args)
     ensure_topics(settings.bootstrap, Topics(settings.prefix), settings.partitions, settings.app_id)
-    run_worker(settings)
-    return 0
+    return run_worker(settings)
 
 
 def cmd_schemas(args: argparse.Namespace) -> int:

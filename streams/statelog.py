@@ -141,6 +141,17 @@ class StateLogError(RuntimeError):
     """A state log that cannot be read back (the message says why and what to do)."""
 
 
+class StateLogLost(StateLogError):
+    """Records of a partition's state log are gone: the broker was emptied or replaced (a
+    memory-storage broker restarted), the topic deleted and recreated, or retention removed a
+    snapshot. ``end_offset`` is where the log ends now (a fresh start writes from there)."""
+
+    def __init__(self, message: str, partition: int, end_offset: int | None = None) -> None:
+        super().__init__(message)
+        self.partition = partition
+        self.end_offset = end_offset
+
+
 def encode(commit: Commit, snapshot_at: int | None, offset: int) -> list[tuple[bytes, bytes]]:
     """The records (key, value) of one commit, in order. A commit is the JSON header (one
     line: orjson writes no newline), then the values' JSON text back to back.
@@ -353,10 +364,20 @@ class PartitionLog:
 
     def acked(self, offsets: list[int]) -> bool:
         """Record where the last built records landed. False when they did not land where
-        this owner's records must (someone else wrote to the partition): stop using it."""
+        this owner's records must (someone else wrote to the partition): stop using it.
+        Raises ``StateLogLost`` when they landed before (the log lost records)."""
         assert self._inflight is not None, "acked() without records in flight"
         count, size, completed = self._inflight
         self._inflight = None
+        if offsets and offsets[0] < self.next_offset:
+            # Offsets only grow, whoever writes: a record before the log's known end means
+            # the records up to it are gone.
+            raise StateLogLost(
+                f"state log partition {self.partition}: a record written for offset "
+                f"{self.next_offset} landed at {offsets[0]}, so the records this worker had "
+                "written are gone (the broker was emptied or replaced, or the topic recreated)",
+                self.partition,
+            )
         if offsets != list(range(self.next_offset, self.next_offset + count)):
             return False
         self.next_offset += count
@@ -373,12 +394,19 @@ class PartitionLog:
 
 
 async def read_partitions(
-    consumer: AIOKafkaConsumer, topic: str, partitions: list[int], poll_ms: int = 200
+    consumer: AIOKafkaConsumer,
+    topic: str,
+    partitions: list[int],
+    poll_ms: int = 200,
+    *,
+    fresh_if_lost: bool = False,
 ) -> dict[int, LogReader]:
     """Read each partition's state log from its latest complete snapshot to its end.
 
     ``consumer`` is a group-less consumer with ``auto_offset_reset="none"``: a snapshot that
-    the broker's retention removed must fail loudly, not silently start later.
+    the broker's retention removed must fail loudly (``StateLogLost``), not silently start
+    later; with ``fresh_if_lost`` such a partition starts empty instead, after what its log
+    holds now.
     """
     tps = [TopicPartition(topic, p) for p in partitions]
     consumer.assign(tps)
@@ -389,7 +417,12 @@ async def read_partitions(
     starts: dict[TopicPartition, int | None] = {}
     for tp in tps:
         if ends[tp] > 0:
-            starts[tp] = await _snapshot_pointer(consumer, topic, tp, ends[tp], poll_ms)
+            try:
+                starts[tp] = await _snapshot_pointer(consumer, topic, tp, ends[tp], poll_ms)
+            except StateLogLost as lost:
+                if not fresh_if_lost:
+                    raise
+                readers[tp.partition].end_offset = lost.end_offset or 0
     pending = [tp for tp in tps if tp in starts]  # (an empty log: a fresh partition)
     beginnings = await consumer.beginning_offsets(pending) if pending else {}
     for tp in pending:
@@ -402,19 +435,24 @@ async def read_partitions(
             fetched = await consumer.getmany(*pending, timeout_ms=poll_ms, max_records=10_000)
         except OffsetOutOfRangeError as exc:
             raise StateLogError(
-                f"{topic}: a snapshot was removed by the topic's retention ({exc}); delete the "
-                "topic to start afresh"
+                f"{topic}: records were removed while being read ({exc}); reading again"
             ) from None
         for tp, records in fetched.items():
             reader = readers[tp.partition]
-            for record in records:
-                expected = first.pop(tp, None)
-                if expected is not None and record.offset != expected:
-                    raise StateLogError(
+            expected = first.pop(tp, None)
+            if records and expected is not None and records[0].offset != expected:
+                if not fresh_if_lost:
+                    raise StateLogLost(
                         f"{topic}[{tp.partition}]: the snapshot at offset {expected} is gone "
-                        f"(the log starts at {record.offset}); the topic's retention removed "
-                        "it. Delete the topic to start this partition afresh."
+                        f"(the log starts at {records[0].offset}); the topic's retention "
+                        "removed it",
+                        tp.partition,
                     )
+                readers[tp.partition] = LogReader()
+                readers[tp.partition].end_offset = consumer.highwater(tp) or 0
+                pending.remove(tp)
+                continue
+            for record in records:
                 reader.feed(record.offset, record.key, record.value)
         for tp in list(pending):
             highwater = consumer.highwater(tp)
@@ -453,8 +491,8 @@ async def _snapshot_pointer(
                 fetched = await consumer.getmany(tp, timeout_ms=poll_ms, max_records=10_000)
             except OffsetOutOfRangeError as exc:
                 raise StateLogError(
-                    f"{topic}[{tp.partition}]: the log's records are gone ({exc}): the topic's "
-                    "retention removed them. Delete the topic to start this partition afresh."
+                    f"{topic}[{tp.partition}]: records were removed while being read ({exc}); "
+                    "reading again"
                 ) from None
             window_records += [(record.offset, record.key) for record in fetched.get(tp, [])]
             highwater = consumer.highwater(tp)
@@ -464,9 +502,12 @@ async def _snapshot_pointer(
         if found:
             return pointer
         if start == 0:
-            raise StateLogError(
-                f"{topic}[{tp.partition}]: no record of the log landed where it was written "
-                "to: not a banditflow state log, or a damaged one"
+            raise StateLogLost(
+                f"{topic}[{tp.partition}]: no record of the log landed where its writer "
+                "expected it: the records before them are gone (the broker was emptied or "
+                "replaced, or the topic recreated), or this is not a banditflow state log",
+                tp.partition,
+                consumer.highwater(tp),
             )
         window *= 8
 

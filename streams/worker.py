@@ -48,8 +48,14 @@ from processors import Emitted, PartitionStore, Processor, Source, StreamTimes
 from processors.store import Changes
 from schemas import DeadLetter, Limits
 from streams.metrics import CONTENT_TYPE, PrometheusSink
-from streams.statelog import LogReader, PartitionLog, StateLogError, read_partitions
-from streams.topics import Topics, partition_for, state_topic
+from streams.statelog import (
+    LogReader,
+    PartitionLog,
+    StateLogError,
+    StateLogLost,
+    read_partitions,
+)
+from streams.topics import TopicError, Topics, ensure_topics, partition_for, state_topic
 
 log = logging.getLogger("banditflow.worker")
 
@@ -85,6 +91,9 @@ class WorkerSettings:
     # Record timestamps further ahead of the wall clock than this are taken as the wall
     # clock: one mis-stamped record must not expire every pending decision.
     max_future_s: float = 5.0
+    # When the broker no longer holds the state log (emptied, replaced, topics recreated):
+    # "exit" with EXIT_STATE_LOST, or start the lost partitions "fresh" with empty state.
+    on_state_loss: str = "exit"
 
 
 class PartitionRuntime:
@@ -243,6 +252,36 @@ class Throttle:
 BROKER_SILENCE_S = 5.0
 BROKER_PROBE_S = 1.0
 
+# The worker's exit status when the broker lost its state (see --on-state-loss); a
+# supervisor restarting it blindly would only meet the same loss again.
+EXIT_STATE_LOST = 3
+# How often the worker checks that its topics still exist as created.
+TOPIC_CHECK_S = 5.0
+
+
+class RepeatFilter(logging.Filter):
+    """Lets the Kafka clients' log lines through once per ``every_s`` per message template:
+    a broker outage makes aiokafka log the same errors over a hundred times a second."""
+
+    def __init__(self, every_s: float = 10.0, prefixes: tuple[str, ...] = ("aiokafka", "kafka")):
+        super().__init__()
+        self.every_s = every_s
+        self.prefixes = prefixes
+        self.throttles: dict[tuple[str, int, str], Throttle] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith(self.prefixes) or len(self.throttles) > 10_000:
+            return True
+        key = (record.name, record.levelno, str(record.msg))
+        throttle = self.throttles.setdefault(key, Throttle(self.every_s))
+        if not throttle.allow(time.monotonic()):
+            return False
+        note = throttle.suppressed_note()
+        if note:
+            record.msg = f"{record.msg}{note.replace('%', '%%')}"
+        return True
+
+
 # Internal errors are dead-lettered one by one (with the exception); the log gets a sample.
 INTERNAL_ERRORS = Throttle(every_s=10.0)
 COMMIT_FAILURES = Throttle(every_s=10.0)
@@ -296,6 +335,7 @@ class Worker:
         self._committed = asyncio.Event()
         self._recovering: asyncio.Task[None] | None = None
         self.recovery_error = ""  # why the last recovery attempt failed (for /ready)
+        self.exit_status = 0
         self._offsets_commit: asyncio.Task[None] | None = None
         self._waiting_events = 0
         self._unfinished: list[Cut] = []  # a commit that failed halfway, to take up again
@@ -363,9 +403,10 @@ class Worker:
             await committer  # a commit in flight completes: never cut one in half
             if self._recovering is not None:
                 self._recovering.cancel()
-            with contextlib.suppress(KafkaError, OSError):
-                await self.commit()
-                await self.seal()
+            if self.exit_status != EXIT_STATE_LOST:  # (never write into a broker that lost it)
+                with contextlib.suppress(KafkaError, OSError, StateLogError):
+                    await self.commit()
+                    await self.seal()
             await self.consumer.stop()  # leaves the group: the partitions move at once
             await self.reader.stop()
             await self.producer.stop()
@@ -373,14 +414,70 @@ class Worker:
 
     async def _watch_broker(self) -> None:
         """Ask the broker for its metadata when nothing else was heard from it for a while,
-        so that /ready tells when the broker is gone (commits and fetches also count)."""
+        so that /ready tells when the broker is gone (commits and fetches also count), and
+        every TOPIC_CHECK_S whether the worker's topics are still there as created."""
+        checked = time.monotonic()
         while not self.stopping.is_set():
             await asyncio.sleep(BROKER_PROBE_S)
-            if time.monotonic() - self.broker_heard < BROKER_PROBE_S:
+            check = time.monotonic() - checked >= TOPIC_CHECK_S
+            if time.monotonic() - self.broker_heard < BROKER_PROBE_S and not check:
                 continue
-            with contextlib.suppress(KafkaError, OSError, TimeoutError):
-                await asyncio.wait_for(self.producer.client.fetch_all_metadata(), 2.0)
-                self.broker_heard = time.monotonic()
+            try:
+                cluster = await asyncio.wait_for(self.producer.client.fetch_all_metadata(), 2.0)
+            except (KafkaError, OSError, TimeoutError):
+                continue
+            self.broker_heard = checked = time.monotonic()
+            if check:
+                await self._check_topics(cluster)
+
+    async def _check_topics(self, cluster: Any) -> None:
+        """A topic gone, or back with another partition count, means the broker lost what
+        the worker wrote (an emptied broker auto-creates topics as clients ask for them)."""
+        expected = self.settings.partitions
+        for topic in [self.state_topic, *self.topics.inputs()]:
+            count = len(cluster.partitions_for_topic(topic) or ())
+            if count == expected:
+                continue
+            found = f"has {count} partitions, not {expected}" if count else "is gone"
+            lost = StateLogLost(
+                f"topic {topic!r} {found}: the broker was emptied or replaced, or the topic "
+                "deleted", -1,
+            )
+            if self.settings.on_state_loss != "fresh":
+                self._state_lost(lost)
+                return
+            log.warning("%s; creating the missing topics (--on-state-loss=fresh)", lost)
+            try:
+                await asyncio.to_thread(
+                    ensure_topics, self.settings.bootstrap, self.topics, expected,
+                    self.settings.app_id,
+                )
+            except (TopicError, KafkaError, OSError) as exc:
+                self._state_lost(StateLogLost(f"{lost}; and it cannot start fresh: {exc}", -1),
+                                 fatal=True)
+            return
+
+    def _state_lost(self, lost: StateLogLost, fatal: bool = False) -> None:
+        """The broker no longer holds (part of) the state log: stop with EXIT_STATE_LOST, or
+        with --on-state-loss=fresh start the partition over with empty state."""
+        if self.settings.on_state_loss == "fresh" and not fatal:
+            log.warning(
+                "%s. Partition %d starts afresh (--on-state-loss=fresh): its learners, "
+                "decisions and holds are gone; send the learners' configs again",
+                lost, lost.partition,
+            )
+            self._forget({lost.partition})
+            self._take_over({lost.partition})
+            return
+        if self.exit_status != EXIT_STATE_LOST:
+            log.critical(
+                "%s. The state this worker kept there is gone; it stops with exit status %d "
+                "(it would meet the same loss on every restart). Restore the broker's data, or "
+                "run the worker with --on-state-loss=fresh to start the lost partitions over "
+                "with empty state.", lost, EXIT_STATE_LOST,
+            )
+        self.exit_status = EXIT_STATE_LOST
+        self.stopping.set()
 
     async def _consume(self) -> None:
         consumer = self.consumer
@@ -422,6 +519,9 @@ class Worker:
             started = time.monotonic()
             try:
                 await self.commit()
+            except StateLogLost as lost:
+                self._state_lost(lost)
+                continue
             except (KafkaError, OSError) as exc:
                 if COMMIT_FAILURES.allow(time.monotonic()):
                     log.warning("commit failed, retrying: %s%s", exc,
@@ -621,6 +721,8 @@ class Worker:
             if stream in cut.marks
             and (tp := TopicPartition(topic, cut.part.number)) in assigned
         }
+        if not offsets:  # (aiokafka refuses an empty commit)
+            return
 
         async def commit_offsets() -> None:
             with contextlib.suppress(KafkaError, OSError, TimeoutError):
@@ -689,7 +791,10 @@ class Worker:
         while todo and generation == self.generation and not self.stopping.is_set():
             started = time.monotonic()
             try:
-                readers = await read_partitions(self.reader, self.state_topic, sorted(todo))
+                readers = await read_partitions(
+                    self.reader, self.state_topic, sorted(todo),
+                    fresh_if_lost=self.settings.on_state_loss == "fresh",
+                )
                 for number, reader in readers.items():
                     if self._current(generation, number) and await self._recover_one(
                         number, reader, generation, started
@@ -697,6 +802,12 @@ class Worker:
                         todo.discard(number)
                 todo &= self.owned
                 failures = 0
+            except StateLogLost as lost:
+                if self.settings.on_state_loss != "fresh":
+                    self._state_lost(lost)
+                    return
+                log.warning("%s: reading partition %d again, to start it afresh",
+                            lost, lost.partition)
             except Exception as exc:  # a broker hiccup, a damaged log: say so, retry
                 failures += 1
                 self.recovery_error = f"{type(exc).__name__}: {exc}"
@@ -779,6 +890,10 @@ class Worker:
         try:
             await self.commit()
             await self.seal()
+        except StateLogLost as lost:
+            self._state_lost(lost)
+            async with self._commit_lock:
+                self._forget(set(self.partitions))
         except Exception as exc:  # what is not in the log must not be kept: read it again
             log.warning("commit before a rebalance failed (%s): the partitions will be read "
                         "back from the state log", exc)
@@ -858,6 +973,9 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         await self.worker.on_assigned(assigned)
 
 
-def run_worker(settings: WorkerSettings) -> None:
-    asyncio.run(Worker(settings).run())
+def run_worker(settings: WorkerSettings) -> int:
+    """Run a worker until SIGTERM/SIGINT; its exit status (EXIT_STATE_LOST or 0)."""
+    worker = Worker(settings)
+    asyncio.run(worker.run())
+    return worker.exit_status
 

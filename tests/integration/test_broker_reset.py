@@ -1,0 +1,109 @@
+"""A broker that comes back empty (the embedded broker keeps everything in memory): the
+worker says so and exits with status 3, or, told ``--on-state-loss fresh``, starts over.
+
+It used to stay up answering 503 forever, logging a misleading "not a banditflow state log"
+and over a hundred aiokafka errors a second while the broker was away.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer
+
+from streams.broker import EmbeddedBroker, free_port
+from streams.demo import wait_until_ready
+from streams.topics import Topics, ensure_topics
+from streams.worker import EXIT_STATE_LOST
+
+pytestmark = pytest.mark.integration
+
+LID = "reset"
+
+
+def start(bootstrap: str, prefix: str, partitions: int, web_port: int, log: Path,
+          *extra: str) -> subprocess.Popen[bytes]:
+    ensure_topics(bootstrap, Topics(prefix), partitions, prefix)
+    command = [
+        sys.executable, "-m", "streams.cli", "worker", "--bootstrap", bootstrap,
+        "--prefix", prefix, "--app-id", prefix, "--partitions", str(partitions),
+        "--web-port", str(web_port), "--loglevel", "info", *extra,
+    ]
+    with open(log, "ab") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    wait_until_ready(process, web_port, 60)
+    return process
+
+
+def decide(bootstrap: str, prefix: str, first: int, count: int) -> set[str]:
+    """Configure the learner, send ``count`` contexts, return the event ids decided."""
+    topics = Topics(prefix)
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    producer.send(topics.learners, key=LID.encode(), value=json.dumps(
+        {"learner_id": LID, "family": "conformal", "algorithm": "sps",
+         "params": {"alpha": 0.8, "horizon": 1000}}).encode())
+    wanted = {f"e{i}" for i in range(first, first + count)}
+    for event_id in sorted(wanted):
+        producer.send(topics.contexts, key=LID.encode(), value=json.dumps(
+            {"learner_id": LID, "event_id": event_id, "labels": ["a", "b"],
+             "scores": [1.0, 0.0]}).encode())
+    producer.flush()
+    producer.close()
+    consumer = KafkaConsumer(topics.decisions, bootstrap_servers=bootstrap,
+                             auto_offset_reset="earliest", consumer_timeout_ms=1000)
+    seen: set[str] = set()
+    deadline = time.monotonic() + 60
+    while not wanted <= seen and time.monotonic() < deadline:
+        seen |= {json.loads(m.value)["event_id"] for m in consumer}
+    consumer.close()
+    return seen & wanted
+
+
+def test_a_broker_that_lost_the_state_stops_the_worker_with_status_3(tmp_path) -> None:
+    port, web = free_port(), free_port()
+    broker = EmbeddedBroker(port=port, log_path=tmp_path / "broker.log").start()
+    worker = start(broker.bootstrap, "lost", 2, web, tmp_path / "worker.log")
+    try:
+        assert len(decide(broker.bootstrap, "lost", 0, 20)) == 20
+        broker.stop()
+        time.sleep(8)  # an outage: the worker waits, and does not flood its log
+        outage_lines = (tmp_path / "worker.log").read_text().count("\n")
+        broker = EmbeddedBroker(port=port, log_path=tmp_path / "broker.log").start()
+        assert worker.wait(timeout=60) == EXIT_STATE_LOST
+        log = (tmp_path / "worker.log").read_text()
+        assert "records this worker had written are gone" in log or "is gone" in log
+        assert "--on-state-loss=fresh" in log
+        assert "Traceback" not in log
+        assert outage_lines < 200, f"{outage_lines} log lines for an 8 s outage"
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+        broker.stop()
+
+
+def test_told_to_start_fresh_the_worker_decides_again_on_the_emptied_broker(tmp_path) -> None:
+    """With as many partitions as the broker creates topics with when clients ask for them
+    (Tansu: 4, the worker's default), the worker starts the partitions afresh: once the
+    learner is configured again, new contexts are decided."""
+    port, web = free_port(), free_port()
+    broker = EmbeddedBroker(port=port, log_path=tmp_path / "broker.log").start()
+    worker = start(broker.bootstrap, "fresh", 4, web, tmp_path / "worker.log",
+                   "--on-state-loss", "fresh")
+    try:
+        assert len(decide(broker.bootstrap, "fresh", 0, 20)) == 20
+        broker.stop()
+        broker = EmbeddedBroker(port=port, log_path=tmp_path / "broker.log").start()
+        assert len(decide(broker.bootstrap, "fresh", 100, 20)) == 20
+        assert worker.poll() is None
+        log = (tmp_path / "worker.log").read_text()
+        assert "starts afresh (--on-state-loss=fresh)" in log or "creating the missing" in log
+        assert "Traceback" not in log
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+        broker.stop()
