@@ -1,8 +1,9 @@
 """The ``graph_cb`` family: contextual bandits with feedback graphs (SquareCB.G and baselines).
 
-Solver API: :func:`min_dec_distribution` (p minimising the decision estimation coefficient,
-closed forms for the named graphs, a certified compiled primal-dual interior-point method
-otherwise, optionally warm-started through a :class:`WarmStart`) and
+Solver API: :func:`min_dec_distribution` (p minimising the decision estimation coefficient:
+the exact closed form on the bandit graph, a certified compiled primal-dual interior-point
+method on every other graph, optionally warm-started through a :class:`WarmStart`; the
+constant-factor closed forms of the other named graphs only on request) and
 :func:`decision_estimation_coefficient` (dec of any p).
 
 >>> import numpy as np

@@ -10,8 +10,16 @@ For predicted losses f, a feedback graph G (``G[a, j]`` = P(playing a reveals j)
     min_{p in simplex, z} <p, f> + z   s.t.   g_a(p) <= gamma (f_a + z) for every a,
     g_a(p) = sum_i (p_i - 1[i = a])^2 / W_i
 
-:func:`min_dec_distribution` solves it with a closed form when G is one of the graphs that have
-one, else (or with ``solver="numeric"``) numerically:
+:func:`min_dec_distribution` returns the optimum (certified within ``rtol`` relative or ``atol``
+absolute). By default (``solver="auto"``) it uses the closed form only for the bandit graph,
+where the closed form *is* the optimum; every other graph goes to the numeric solver. The
+other closed forms (cops-and-robbers, apple tasting, inventory, self-aware) are only
+constant-factor optimal: on cops-and-robbers with gamma = 100 the closed form's dec is up to
+2x the optimum, because dec is steep where one p_i nears 1 (``p_i^2 / (1 - p_i)`` on a graph
+without self-loops). They are used only when named (``solver="inventory"`` ...), e.g. at
+K in the hundreds, where the numeric solver's O(K^3) steps cost 0.1-2 s per call.
+
+The numeric solver:
 
 * the production path is the compiled primal-dual interior-point method of
   :mod:`learners.graph_cb.primal_dual` (Mehrotra predictor-corrector, one K x K Cholesky per
@@ -62,8 +70,9 @@ from learners.graph_cb.graphs import as_graph, detect_kind
 
 SOLVERS = ("auto", "numeric", "bandit", "cops_and_robbers", "apple_tasting", "inventory",
            "self_aware")
-"""Accepted values of ``solver``: ``auto`` uses the closed form of a detected graph, else
-``numeric``; naming a closed form forces it (an error if the graph is not of that kind)."""
+"""Accepted values of ``solver``: ``auto`` is the optimum (the exact closed form on the bandit
+graph, else ``numeric``); naming a closed form forces it (an error if the graph is not of that
+kind), trading optimality (a constant factor) for O(K) time."""
 
 GraphLike = Sequence[Sequence[float]] | np.ndarray
 
@@ -157,16 +166,18 @@ def min_dec_distribution(
     gamma: float,
     solver: str = "auto",
     rtol: float = 1e-3,
-    atol: float = 1e-7,
+    atol: float = 1e-10,
     warm_start: WarmStart | None = None,
 ) -> tuple[np.ndarray, float]:
-    """``(p, dec(p))`` with p minimising dec over the simplex (or a closed form's p).
+    """``(p, dec(p))`` with p minimising dec over the simplex (or a named closed form's p).
 
     Raises :class:`LearnerError` for invalid inputs and for graphs with an unobservable
     action (an all-zero column of G). ``rtol`` / ``atol`` bound the numeric solver's certified
-    suboptimality of dec (relative / absolute, in dec units). ``warm_start`` (optional, used
-    only by the numeric solver) carries the previous call's solution to speed up this one and
-    receives this call's.
+    suboptimality of dec (relative / absolute, in dec units). dec is of order 1/gamma and is
+    exactly 0 when the best action reveals every action cheaply enough, so the absolute
+    tolerance is tiny (1e-10): a looser one would hide relative errors at large gamma.
+    ``warm_start`` (optional, used only by the numeric solver) carries the previous call's
+    solution to speed up this one and receives this call's.
     """
     fhat = np.asarray(fhat, dtype=float)
     matrix = as_graph(G, fhat.size)
@@ -181,8 +192,8 @@ def min_dec_distribution(
     if solver == "numeric":  # no graph detection needed
         return _numeric_distribution(fhat, matrix, gamma, rtol, atol, warm_start)
     kind = detect_kind(matrix)
-    if solver == "auto":
-        solver = kind or "numeric"
+    if solver == "auto":  # the optimum: only the bandit closed form is exact
+        solver = "bandit" if kind == "bandit" else "numeric"
     elif solver != "numeric" and solver != kind:
         raise LearnerError(
             f"solver {solver!r} needs a {solver} graph; this graph is "
@@ -221,9 +232,12 @@ def _numeric(
     barrier fallback produced p: the caller evaluates dec then).
 
     Order: a warm primal-dual attempt (with a usable ``warm_start``), a cold one, the barrier
-    method. Each primal-dual attempt is accepted only with its certificate.
+    method. Each primal-dual attempt is accepted only with its certificate. When none
+    certifies, the best point seen wins: a stalled primal-dual run often has an optimal p
+    with poor multipliers (hence a weak bound), and the barrier's p can be slightly worse.
     """
     state = warm_start if warm_start is not None else WarmStart()
+    fallback_p, fallback_dec = None, np.inf
     if primal_dual.AVAILABLE:
         tolerance = max(rtol, 0.0), max(atol, 0.0)
         attempts = []
@@ -241,9 +255,13 @@ def _numeric(
                 state.method, state.iterations = method, used
                 state.store(p, lam, G)
                 return p, upper
+            if upper < fallback_dec:
+                fallback_p, fallback_dec = p, upper
     p = _barrier_method(gaps, G, rtol, atol)
     state.method, state.iterations = "barrier", 0
     state.clear()  # no multipliers: the next call starts cold
+    if fallback_p is not None and fallback_dec < _scaled_dec(p, gaps, G):
+        return fallback_p, fallback_dec
     return p, None
 
 
@@ -320,6 +338,11 @@ def _barrier_method(
             break
         p, Z, slack, info = trial_p, trial_Z, trial_slack, trial_info
     return best_p / best_p.sum()
+
+
+def _scaled_dec(p: np.ndarray, gaps: np.ndarray, G: np.ndarray) -> float:
+    """dec of p in scaled units (``gaps = gamma (f - min f)``): gamma times dec."""
+    return float(np.dot(p, gaps) + np.max(_information(p, G.T @ p) - gaps))
 
 
 def _information(p: np.ndarray, reveal: np.ndarray) -> np.ndarray:

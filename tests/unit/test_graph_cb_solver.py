@@ -17,7 +17,8 @@ from learners.graph_cb.solver import WarmStart
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 pytest.importorskip("cvxpy")
-from graph_cb_reference import reference_min_dec
+from graph_cb_reference import GRAPH_KINDS, random_losses, reference_min_dec
+from graph_cb_reference import random_graph as kind_graph
 
 GAMMAS = (4.0, 10.0, 100.0, 1000.0)
 
@@ -59,6 +60,75 @@ def test_numeric_solver_matches_cvxpy(kind: str, actions: int, instances: int) -
         assert dec == pytest.approx(decision_estimation_coefficient(p, fhat, graph, gamma))
         assert dec <= optimum * 1.01 + 1e-6
         assert dec >= optimum - 1e-6  # nothing beats the optimum (up to cvxpy's tolerance)
+
+
+def assert_optimal(dec: float, optimum: float) -> None:
+    """Within 1 % of the optimum, or 1e-9 absolute (dec is of order 1/gamma, so only a
+    relative tolerance sees an error at large gamma; the absolute one is for optima near 0)."""
+    assert dec <= optimum * 1.01 + 1e-9, (dec, optimum)
+    assert dec >= optimum * 0.99 - 1e-9, (dec, optimum)  # cvxpy's own error is below 1 %
+
+
+@pytest.mark.parametrize("kind", GRAPH_KINDS)
+@pytest.mark.parametrize(("actions", "instances"),
+                         [(2, 6), (3, 8), (5, 8), (8, 6), (12, 5), (20, 4), (35, 2), (50, 2)])
+def test_default_solver_is_optimal_on_every_graph_kind(
+    kind: str, actions: int, instances: int
+) -> None:
+    """Issue 16: what SquareCB.G plays (the default ``solver="auto"``) is within 1 % of the
+    cvxpy optimum on every kind of graph, K from 2 to 50 and gamma up to 1e4, including the
+    corners where one p_i nears 1 (a clearly best action at large gamma)."""
+    rng = np.random.default_rng(97 * actions + GRAPH_KINDS.index(kind))
+    gammas = [4.0, 1e4] + [float(np.exp(rng.uniform(np.log(4.0), np.log(1e4))))
+                           for _ in range(instances - 2)]
+    for gamma in gammas:
+        graph, fhat = kind_graph(kind, actions, rng), random_losses(actions, rng)
+        p, dec = min_dec_distribution(fhat, graph, gamma)
+        _, optimum = reference_min_dec(fhat, graph, gamma)
+        assert_distribution(p, actions)
+        assert dec == pytest.approx(decision_estimation_coefficient(p, fhat, graph, gamma),
+                                    rel=1e-9, abs=1e-15)
+        assert_optimal(dec, optimum)
+
+
+@pytest.mark.parametrize(
+    ("fhat", "graph", "optimum"),
+    [
+        ([0.637, 0.2698, 0.041], 1.0 - np.eye(3), 0.0100),  # closed form: dec 0.0192
+        ([0.836, 0.878, 0.039], [[1, 0, 0], [0, 1, 1], [0, 1, 1]], 0.0100),  # closed form 0.0198
+    ],
+)
+def test_issue_16_counterexamples(fhat: list[float], graph: list, optimum: float) -> None:
+    """The two reproducers of issue 16 (gamma = 100): the constant-factor closed forms that
+    ``auto`` used to pick give about twice the optimal dec; the default now gives the optimum."""
+    graph = np.asarray(graph, dtype=float)
+    named = detect_kind(graph)
+    _, closed = min_dec_distribution(fhat, graph, 100.0, solver=named)
+    _, reference = reference_min_dec(np.array(fhat), graph, 100.0)
+    p, dec = min_dec_distribution(fhat, graph, 100.0)
+    assert reference == pytest.approx(optimum, rel=1e-3)
+    assert closed > 1.9 * reference  # the reason for the change
+    assert_optimal(dec, reference)
+    assert dec == pytest.approx(reference, rel=1e-3)  # certified to 0.1 %
+    assert p[2] > 0.95
+
+
+def test_graph_kind_generators() -> None:
+    """The generators behind the gap tests make the graphs they are named for."""
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        actions = int(rng.integers(3, 12))
+        self_aware = kind_graph("self_aware", actions, rng)
+        assert np.all(np.diag(self_aware) == 1.0)
+        assert np.array_equal(kind_graph("loopless", actions, rng), 1.0 - np.eye(actions))
+        strong = kind_graph("strongly_observable", actions, rng)
+        for node in np.flatnonzero(np.diag(strong) == 0.0):
+            assert strong[:, node].sum() == actions - 1  # revealed by every other node
+        weak = kind_graph("weakly_observable", actions, rng)
+        assert weak[0, 0] == 0.0 and weak[:, 0].sum() < actions - 1  # not strongly observable
+        stochastic = kind_graph("stochastic", actions, rng)
+        for graph in (self_aware, strong, weak, stochastic):
+            assert graph.max(axis=0).min() > 0.0  # every action observable
 
 
 def test_weak_generator_is_weakly_observable() -> None:
@@ -113,11 +183,13 @@ def test_spec_reference_values() -> None:
     apple = named_graph("apple_tasting", 2)
     p, dec = min_dec_distribution([0.0999, 0.1998], apple, 10.0, solver="numeric")
     assert p == pytest.approx([0.666, 0.334], abs=2e-3) and dec == pytest.approx(0.0667, abs=1e-4)
-    # the closed forms, chosen automatically for these graphs
+    # the default is the optimum too; the closed forms only when named
     p, dec = min_dec_distribution([0.1998, 0.0999], cops, 10.0)
+    assert p == pytest.approx([0.382, 0.618], abs=2e-3) and dec == pytest.approx(0.100, abs=1e-3)
+    p, dec = min_dec_distribution([0.1998, 0.0999], cops, 10.0, solver="cops_and_robbers")
     assert p == pytest.approx([1 / 2.999, 1.999 / 2.999])
     assert dec <= 6.0 / 10.0
-    p, dec = min_dec_distribution([0.0999, 0.1998], apple, 10.0)
+    p, dec = min_dec_distribution([0.0999, 0.1998], apple, 10.0, solver="apple_tasting")
     assert p.tolist() == [1.0, 0.0] and dec <= 6.0 / 10.0
 
 
@@ -175,8 +247,8 @@ def test_closed_forms_are_constant_factor_optimal(kind: str, bound: float) -> No
     rng = np.random.default_rng(len(kind))
     for _ in range(40):
         graph, fhat, gamma = closed_form_cases(kind, rng)
-        p, dec = min_dec_distribution(fhat, graph, gamma)
-        _, optimum = min_dec_distribution(fhat, graph, gamma, solver="numeric")
+        p, dec = min_dec_distribution(fhat, graph, gamma, solver=detect_kind(graph))
+        _, optimum = min_dec_distribution(fhat, graph, gamma)
         assert_distribution(p, fhat.size)
         assert dec <= bound * independence_number(graph) / gamma + 1e-12
         if kind != "self_aware":  # alpha = 1: the bound also holds relative to the optimum
