@@ -3,6 +3,11 @@
 A feedback graph is a K x K array with ``G[a, j]`` = probability that playing ``a`` reveals the
 loss of ``j`` (row = played, column = revealed); entries in [0, 1], self-loops optional.
 
+Vowpal Wabbit's ``--graph_feedback`` uses the transpose (column = played, row = revealed): a
+banditflow graph goes to VW as ``G.T`` (``tests/benchmarks/bench_graph_cb_vw.py``,
+``vw_graph``, writes VW's ``row,col,value`` triples from ``G.T``), and a VW graph comes here
+transposed. Sent untransposed, VW silently learns from the wrong reveals.
+
 >>> from learners.graph_cb.graphs import named_graph, detect_kind, independence_number
 >>> G = named_graph("inventory", 4)
 >>> G.astype(int).tolist()

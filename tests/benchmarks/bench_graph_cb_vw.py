@@ -8,11 +8,18 @@ For each scenario a log is built with the ``banditflow make-log`` builders
   JSON events through :class:`processors.Processor`, exactly as the worker runs them);
 * ``banditflow (learner)``: the same learner called directly (decide + learn, no processors);
 * ``vw``: Vowpal Wabbit through its Python bindings, text format: a shared example
-  ``shared graph r,c,v ... |s f:x ...`` (the graph in coordinate format, non-zero entries,
-  transposed: VW's rows are the revealed actions, see :func:`vw_graph`)
+  ``shared graph r,c,v ... |s f:x ...`` (the graph in coordinate format, non-zero entries)
   and one line ``|a a<j>`` per action, with ``-q sa`` so the oracle is linear in x per action
   like banditflow's ``shared`` layout. Every revealed loss is a label ``0:loss:1`` on its
   action line (probability 1: unweighted square loss, as in the paper and in banditflow).
+
+**Graph orientation.** banditflow's ``G[a][j]`` is the probability that playing ``a`` reveals
+``j`` (row = played, column = revealed). VW's ``--graph_feedback`` reads its graph the other
+way round: entry ``(r, c)`` is the probability that playing ``c`` reveals ``r`` (column =
+played, row = revealed). The bench therefore sends the transpose: :func:`vw_graph` writes
+``r,c,v`` for every non-zero entry of ``G.T`` (so ``G[a][j] = v`` becomes ``j,a,v``). With
+banditflow's orientation unchanged VW learns the wrong graph (apple tasting: PV loss 0.49
+instead of 0.05, and NaN probabilities on random graphs).
 
 Both use gamma = gamma_scale * n^0.5 (banditflow: ``gamma_schedule=vw``) with the same
 gamma_scale, both sample the action from the returned distribution, and the reveals come from
@@ -75,8 +82,10 @@ SCENARIOS = (
     Scenario("digits, random graphs", "graph_cb-digits-random", 1797, None, 10.0, 100),
     Scenario("spam, apple tasting", "graph_cb-spam", 1500, None, 10.0, 1500),
     # VW's graph_feedback solver gave no decision within 15 min at K = 101 here: not run.
+    # SquareCB.G with the inventory closed form (the paper's choice; the optimal solver costs
+    # ~0.1 s per call at K = 101).
     Scenario("inventory K=101", "graph_cb-inventory-101", 2000, "inventory", 10.0, 0,
-             {"update": "sgd", "learning_rate": 0.5}),
+             {"update": "sgd", "learning_rate": 0.5, "solver": "inventory"}),
 )
 
 

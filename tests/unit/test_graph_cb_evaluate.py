@@ -195,3 +195,24 @@ def test_rows_record_the_played_loss() -> None:
     round_ = LoggedRound("a", {"features": [1.0]}, records[0])
     assert task.row(0, round_, {"action": 1, "dec": None}) == {
         "action": 1, "loss": -0.5, "dec": None}
+
+
+def test_vw_head_to_head_sends_the_transposed_graph(monkeypatch: pytest.MonkeyPatch) -> None:
+    """VW's --graph_feedback reads column = played, row = revealed, the transpose of
+    G[a][j] (a reveals j): the benchmark must write VW's ``row,col,value`` triples from G.T."""
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_graph_cb_vw.py"
+    spec = importlib.util.spec_from_file_location("bench_graph_cb_vw", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, bench)  # its dataclasses look it up
+    spec.loader.exec_module(bench)
+    apple = [[1.0, 1.0], [0.0, 0.0]]  # action 0 (inspect) reveals both, action 1 nothing
+    assert bench.vw_graph(apple) == "0,0,1 1,0,1"  # column 0 (played) reveals rows 0 and 1
+    graph = np.array([[0.0, 0.25, 0.0], [0.0, 0.0, 1.0], [0.5, 0.0, 0.0]])
+    triples = [tuple(float(x) for x in t.split(",")) for t in bench.vw_graph(graph).split()]
+    played, revealed = np.nonzero(graph)
+    expected = [(j, a, graph[a, j]) for a, j in zip(played, revealed, strict=True)]
+    assert sorted(triples) == sorted(expected)
