@@ -1,28 +1,31 @@
-"""Benchmark of the graph_cb dec solver against the old barrier solver and cvxpy.
+"""Benchmark of the graph_cb dec solver: optimality against cvxpy by graph kind, and speed.
 
-Prints, for K in {5, 10, 20, 50} and seeded random strongly observable, weakly observable and
-stochastic graphs with gamma in {10, 100, 1000}, the median wall time per call (µs) of
+1. **Relative gap to the optimum.** For every kind of
+   :data:`graph_cb_reference.GRAPH_KINDS` (self-aware, loopless strongly observable, strongly
+   observable with some self-loops missing, weakly observable, stochastic), K in
+   {2, 3, 5, 8, 12, 20, 35, 50} and gamma log-uniform in [4, 10^4], seeded random instances
+   (:func:`graph_cb_reference.random_graph`, :func:`graph_cb_reference.random_losses`):
+   ``(dec - optimum) / optimum`` of ``min_dec_distribution(fhat, G, gamma)`` with its defaults
+   (what SquareCB.G plays) against the cvxpy optimum; the median and the max per kind, and how
+   many instances are within 1 % (or 1e-9 absolute, for optima near 0). For the graphs that
+   have a closed form (loopless: cops-and-robbers; symmetric self-aware) the same for the
+   closed form, which ``solver="auto"`` used before and which is only constant-factor optimal.
+2. **Speed.** For K in {5, 10, 20, 50}, median wall time per call (µs) of the default call
+   without a warm start (``cold``), with a :class:`~learners.graph_cb.solver.WarmStart` along
+   a realistic sequence (same graph and gamma, f drifting by N(0, 0.01^2) per round; the first,
+   cold, call of a sequence is not timed) and of the cvxpy reference (compiled once per K).
 
-* ``old``: the previous production path (graph detection, the numpy log-barrier method, dec of
-  the result), still in the code as the fallback;
-* ``cold``: ``min_dec_distribution(..., solver="numeric")`` without a warm start (the compiled
-  primal-dual method);
-* ``warm``: the same call with a :class:`~learners.graph_cb.solver.WarmStart` along a realistic
-  sequence: the same graph and gamma, f drifting by N(0, 0.01^2) per round (the first, cold,
-  call of each sequence is not timed);
-* ``cvxpy``: the reference (compiled once per K, DPP; fewer calls, it is slow);
+Numba compilation happens at import (or loads from its cache), before any timing. Timings are
+wall clock on a shared machine: run it under ``nice`` when others are busy and read the medians
+as indicative. Run::
 
-then the speed-ups of cold and warm over old and cvxpy, and the worst relative dec gap to
-cvxpy of cold and warm (``(dec - optimum) / optimum``; tiny optima fall under the absolute
-tolerance, see the tests). Numba compilation happens at import (or loads from its cache), before
-any timing. All runs share the machine: read the medians as indicative under load.
-
-Run: ``python tests/benchmarks/bench_graph_cb_solver.py [--calls 60] [--reference-calls 6]``
+    python tests/benchmarks/bench_graph_cb_solver.py [--instances 12] [--calls 60] [--json OUT]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -34,31 +37,71 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from graph_cb_reference import reference_min_dec
+from graph_cb_reference import GRAPH_KINDS, random_graph, random_losses, reference_min_dec
 
-from learners.graph_cb import decision_estimation_coefficient, min_dec_distribution
-from learners.graph_cb.graphs import as_graph, detect_kind
-from learners.graph_cb.solver import WarmStart, _barrier_method
+from learners.graph_cb import min_dec_distribution
+from learners.graph_cb.graphs import detect_kind
+from learners.graph_cb.solver import WarmStart
 
-KINDS = ("strong", "weak", "stochastic")
 Instance = tuple[np.ndarray, np.ndarray, float]
+GAP_SIZES = (2, 3, 5, 8, 12, 20, 35, 50)
+SPEED_SIZES = (5, 10, 20, 50)
+RELATIVE, ABSOLUTE = 0.01, 1e-9
 
 
-def random_instance(kind: str, actions: int, rng: np.random.Generator) -> Instance:
-    """(fhat, G, gamma) with every column of G nonzero."""
-    if kind == "stochastic":
-        graph = rng.random((actions, actions)) * (rng.random((actions, actions)) < 0.5)
-    else:
-        graph = (rng.random((actions, actions)) < 0.3).astype(float)
-        np.fill_diagonal(graph, 1.0 if kind == "strong" else rng.random(actions) < 0.5)
-    for column in np.flatnonzero(graph.max(axis=0) == 0.0):
-        graph[rng.integers(actions), column] = 1.0
-    return rng.uniform(-1.0, 1.0, actions), graph, float(rng.choice([10.0, 100.0, 1000.0]))
+def instance(kind: str, actions: int, rng: np.random.Generator) -> Instance:
+    """``(fhat, G, gamma)`` with gamma log-uniform in [4, 10^4]."""
+    graph = random_graph(kind, actions, rng)
+    gamma = float(np.exp(rng.uniform(np.log(4.0), np.log(1e4))))
+    return random_losses(actions, rng), graph, gamma
 
 
-def drifting_sequence(instance: Instance, rounds: int, rng: np.random.Generator) -> list[Instance]:
-    """``rounds`` instances with the graph and gamma of ``instance`` and f drifting slowly."""
-    fhat, graph, gamma = instance
+def relative_gap(dec: float, optimum: float) -> float:
+    """``(dec - optimum) / optimum``, 0 for an optimum within the absolute tolerance of 0."""
+    return 0.0 if optimum <= ABSOLUTE else (dec - optimum) / optimum
+
+
+def gap_table(per_kind: int, seed: int) -> tuple[str, dict]:
+    """Section 1: the markdown table and the raw gaps."""
+    rng = np.random.default_rng(seed)
+    rows, raw = [], {}
+    for kind in GRAPH_KINDS:
+        gaps, closed, within = [], [], 0
+        for actions in GAP_SIZES:
+            for _ in range(per_kind):
+                fhat, graph, gamma = instance(kind, actions, rng)
+                _, dec = min_dec_distribution(fhat, graph, gamma)
+                _, optimum = reference_min_dec(fhat, graph, gamma)
+                gaps.append(relative_gap(dec, optimum))
+                within += dec <= optimum * (1.0 + RELATIVE) + ABSOLUTE
+                named = detect_kind(graph)
+                if named in ("cops_and_robbers", "self_aware"):
+                    _, closed_dec = min_dec_distribution(fhat, graph, gamma, solver=named)
+                    closed.append(relative_gap(closed_dec, optimum))
+        raw[kind] = {"gaps": gaps, "closed_form_gaps": closed}
+        closed_cells = (f"{statistics.median(closed):.1e} | {max(closed):.2f} ({len(closed)})"
+                        if closed else "- | -")
+        rows.append(f"| {kind} | {len(gaps)} | {statistics.median(gaps):.1e} | {max(gaps):.1e} "
+                    f"| {within}/{len(gaps)} | {closed_cells} |")
+    header = ("| graph kind | instances | median gap | max gap | within 1 % or 1e-9 "
+              "| closed form: median gap | max gap (instances) |\n|---|---|---|---|---|---|---|")
+    return header + "\n" + "\n".join(rows), raw
+
+
+def timed(solve: Callable[[np.ndarray, np.ndarray, float], object],
+          instances: list[Instance]) -> list[float]:
+    """Wall time per call (s)."""
+    times = []
+    for fhat, graph, gamma in instances:
+        start = time.perf_counter()
+        solve(fhat, graph, gamma)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def drifting(first: Instance, rounds: int, rng: np.random.Generator) -> list[Instance]:
+    """``rounds`` instances with the graph and gamma of ``first`` and f drifting slowly."""
+    fhat, graph, gamma = first
     sequence = []
     for _ in range(rounds):
         sequence.append((fhat, graph, gamma))
@@ -66,90 +109,58 @@ def drifting_sequence(instance: Instance, rounds: int, rng: np.random.Generator)
     return sequence
 
 
-def old_solver(fhat: np.ndarray, graph: np.ndarray, gamma: float) -> tuple[np.ndarray, float]:
-    """The previous ``solver="numeric"`` path, step for step."""
-    fhat = np.asarray(fhat, dtype=float)
-    matrix = as_graph(graph, fhat.size)
-    detect_kind(matrix)
-    p = _barrier_method(gamma * (fhat - fhat.min()), matrix, 1e-3, 1e-7 * gamma)
-    return p, decision_estimation_coefficient(p, fhat, matrix, gamma)
-
-
-def cold_solver(fhat: np.ndarray, graph: np.ndarray, gamma: float) -> tuple[np.ndarray, float]:
-    """The production numeric solver without a warm start."""
-    return min_dec_distribution(fhat, graph, gamma, solver="numeric")
-
-
-def timed(
-    solve: Callable[[np.ndarray, np.ndarray, float], tuple[np.ndarray, float]],
-    instances: list[Instance],
-) -> tuple[list[float], list[float]]:
-    """Wall time per call (s) and the dec values."""
-    times, decs = [], []
-    for fhat, graph, gamma in instances:
-        start = time.perf_counter()
-        _, dec = solve(fhat, graph, gamma)
-        times.append(time.perf_counter() - start)
-        decs.append(dec)
-    return times, decs
-
-
-def worst_gap(decs: list[float], optima: list[float]) -> float:
-    """The largest relative excess of dec over the optimum."""
-    return max((dec - best) / max(best, 1e-9) for dec, best in zip(decs, optima, strict=True))
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=60, help="cold calls per K and kind")
-    parser.add_argument("--old-calls", type=int, default=15, help="old-solver calls per K/kind")
-    parser.add_argument("--sequences", type=int, default=3, help="warm sequences per K and kind")
-    parser.add_argument("--rounds", type=int, default=40, help="rounds per warm sequence")
-    parser.add_argument("--reference-calls", type=int, default=6, help="cvxpy calls per K/kind")
-    args = parser.parse_args()
-    header = (f"{'K':>3} {'kind':>10} {'old µs':>8} {'cold µs':>8} {'warm µs':>8} "
-              f"{'cvxpy µs':>9} {'old/cold':>8} {'old/warm':>8} {'cvx/cold':>8} "
-              f"{'gap cold':>9} {'gap warm':>9}")
-    print(header)
-    summary: dict[int, dict[str, list[float]]] = {}
-    for actions in (5, 10, 20, 50):
-        rng = np.random.default_rng(actions)
-        totals = summary.setdefault(actions, {"old": [], "cold": [], "warm": [], "cvxpy": []})
-        for kind in KINDS:
-            instances = [random_instance(kind, actions, rng) for _ in range(args.calls)]
-            cold_times, cold_decs = timed(cold_solver, instances)
-            old_times, _ = timed(old_solver, instances[: args.old_calls])
-            warm_times, warm_decs, warm_checked = [], [], []
-            for instance in instances[: args.sequences]:
-                sequence = drifting_sequence(instance, args.rounds, rng)
+def speed_table(calls: int, sequences: int, rounds: int, reference_calls: int,
+                seed: int) -> tuple[str, dict]:
+    """Section 2: the markdown table (median µs, all kinds pooled) and the medians per kind."""
+    rng = np.random.default_rng(seed)
+    rows, raw = [], {}
+    for actions in SPEED_SIZES:
+        pooled: dict[str, list[float]] = {"cold": [], "warm": [], "cvxpy": []}
+        for kind in GRAPH_KINDS:
+            instances = [instance(kind, actions, rng) for _ in range(calls)]
+            cold = timed(min_dec_distribution, instances)
+            warm: list[float] = []
+            for start in instances[:sequences]:
                 state = WarmStart()
 
-                def warm(f: np.ndarray, g: np.ndarray, gamma: float,
-                         state: WarmStart = state) -> tuple[np.ndarray, float]:
-                    return min_dec_distribution(f, g, gamma, solver="numeric", warm_start=state)
+                def solve(f: np.ndarray, g: np.ndarray, gamma: float,
+                          state: WarmStart = state) -> object:
+                    return min_dec_distribution(f, g, gamma, warm_start=state)
 
-                times, decs = timed(warm, sequence)
-                warm_times += times[1:]  # the first call of a sequence is cold
-                warm_decs += decs[1 : 1 + args.reference_calls // args.sequences + 1]
-                warm_checked += sequence[1 : 1 + args.reference_calls // args.sequences + 1]
+                warm += timed(solve, drifting(start, rounds, rng))[1:]
             reference_min_dec(*instances[0])  # compile the DPP problem outside the timing
-            checked = instances[: args.reference_calls]
-            cvx_times, optima = timed(reference_min_dec, checked)
-            _, warm_optima = timed(reference_min_dec, warm_checked)
-            row = {"old": old_times, "cold": cold_times, "warm": warm_times, "cvxpy": cvx_times}
-            for name, values in row.items():
-                totals[name] += values
-            old, cold, hot, cvx = (statistics.median(row[name]) * 1e6 for name in row)
-            print(f"{actions:>3} {kind:>10} {old:>8.0f} {cold:>8.0f} {hot:>8.0f} {cvx:>9.0f} "
-                  f"{old / cold:>8.1f} {old / hot:>8.1f} {cvx / cold:>8.1f} "
-                  f"{worst_gap(cold_decs[: len(optima)], optima):>9.1e} "
-                  f"{worst_gap(warm_decs, warm_optima):>9.1e}")
-    print("\nAll kinds pooled, median µs per call:")
-    print(f"{'K':>3} {'old':>8} {'cold':>8} {'warm':>8} {'cvxpy':>8}")
-    for actions, totals in summary.items():
-        medians = [statistics.median(totals[name]) * 1e6 for name in ("old", "cold", "warm",
-                                                                      "cvxpy")]
-        print(f"{actions:>3} " + " ".join(f"{value:>8.0f}" for value in medians))
+            cvxpy = timed(reference_min_dec, instances[:reference_calls])
+            raw[f"{actions}/{kind}"] = {name: statistics.median(values) * 1e6 for name, values
+                                        in (("cold", cold), ("warm", warm), ("cvxpy", cvxpy))}
+            pooled["cold"] += cold
+            pooled["warm"] += warm
+            pooled["cvxpy"] += cvxpy
+        cold, warm, cvxpy = (statistics.median(pooled[name]) * 1e6 for name in pooled)
+        rows.append(f"| {actions} | {cold:,.0f} | {warm:,.0f} | {cvxpy:,.0f} | "
+                    f"{cvxpy / cold:,.0f}x |")
+    header = ("| K | cold µs | warm µs | cvxpy µs | cvxpy / cold |\n|---|---|---|---|---|")
+    return header + "\n" + "\n".join(rows), raw
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--instances", type=int, default=12,
+                        help="gap instances per graph kind and K (default 12)")
+    parser.add_argument("--calls", type=int, default=60, help="cold calls per K and kind")
+    parser.add_argument("--sequences", type=int, default=3, help="warm sequences per K/kind")
+    parser.add_argument("--rounds", type=int, default=40, help="rounds per warm sequence")
+    parser.add_argument("--reference-calls", type=int, default=6, help="cvxpy calls per K/kind")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, help="also write the raw numbers here")
+    args = parser.parse_args(argv)
+    gaps, gap_raw = gap_table(args.instances, args.seed)
+    print(f"## Relative dec gap to the cvxpy optimum (K in {list(GAP_SIZES)}, gamma in "
+          f"[4, 1e4], seed {args.seed})\n\n{gaps}\n")
+    speed, speed_raw = speed_table(args.calls, args.sequences, args.rounds,
+                                   args.reference_calls, args.seed)
+    print(f"## Median µs per call, default solver, all kinds pooled\n\n{speed}")
+    if args.json is not None:
+        args.json.write_text(json.dumps({"gaps": gap_raw, "speed": speed_raw}, indent=1))
 
 
 if __name__ == "__main__":
@@ -157,5 +168,5 @@ if __name__ == "__main__":
 
 
 def test_solver_benchmark() -> None:
-    """`make bench` entry point (prints the table; no timing assertions)."""
-    main()
+    """`make bench` entry point (prints the tables; no timing assertions)."""
+    main([])
