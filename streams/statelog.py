@@ -352,7 +352,9 @@ class PartitionLog:
         how the number of keys changed since (it grows with the log, or shrinks when
         decisions expire)."""
         since = self.log_bytes - self.snapshot_start_bytes
-        state = self.snapshot_bytes * max(keys, 1) / max(self.snapshot_keys, 1)
+        # (A snapshot of no keys, a new partition's first, says nothing about bytes per key:
+        # scaling by it kept a growing log from ever being snapshotted again.)
+        state = self.snapshot_bytes * keys / self.snapshot_keys if self.snapshot_keys else 0.0
         if self.snapshot_bytes + since > max(SNAPSHOT_MIN_BYTES, SNAPSHOT_RATIO * state):
             return True
         return time.time() - self.snapshot_taken >= SNAPSHOT_MAX_AGE_S

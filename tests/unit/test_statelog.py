@@ -310,3 +310,16 @@ def test_an_idle_partition_is_snapshotted_by_age_and_a_restart_does_not_put_it_o
     assert restarted.wants_commit(store.key_count())
     assert restarted.acked(append(log, restarted.commit(store, store.changes(), {}, {}, [])))
     assert restarted.snapshot_at == 1 and not restarted.wants_commit(store.key_count())
+
+
+def test_a_first_snapshot_of_no_keys_does_not_put_the_next_one_off() -> None:
+    """A new partition's first snapshot holds no key: it says nothing about the bytes per
+    key of the state, so a log that grows past SNAPSHOT_MIN_BYTES must still get one
+    (scaled by that snapshot, 10^5 keys made the state look megabytes large)."""
+    store, log = Processor().store, []
+    writer = PartitionLog(0, LogReader())
+    assert writer.acked(append(log, writer.commit(store, store.changes(), {}, {}, [])))
+    assert writer.snapshot_at == 0 and writer.snapshot_keys == 0
+    assert not writer.wants_commit(100_000)
+    writer.log_bytes += statelog.SNAPSHOT_MIN_BYTES + 1  # a megabyte of commits since
+    assert writer.wants_commit(100_000)
