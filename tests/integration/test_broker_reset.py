@@ -1,5 +1,6 @@
 """A broker that comes back empty (the embedded broker keeps everything in memory): the
-worker says so and exits with status 3, or, told ``--on-state-loss fresh``, starts over.
+worker says so and exits with status 3, or, told ``--on-state-loss fresh``, starts over. A
+broker that only stops answering for a while: the worker waits and resumes.
 
 It used to stay up answering 503 forever, logging a misleading "not a banditflow state log"
 and over a hundred aiokafka errors a second while the broker was away.
@@ -8,9 +9,12 @@ and over a hundred aiokafka errors a second while the broker was away.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
+import urllib.error
 from pathlib import Path
 
 import pytest
@@ -18,6 +22,7 @@ from kafka import KafkaConsumer, KafkaProducer
 
 from streams.broker import EmbeddedBroker, free_port
 from streams.demo import wait_until_ready
+from streams.scrape import fetch
 from streams.topics import Topics, ensure_topics
 from streams.worker import EXIT_STATE_LOST
 
@@ -103,6 +108,39 @@ def test_told_to_start_fresh_the_worker_decides_again_on_the_emptied_broker(tmp_
         log = (tmp_path / "worker.log").read_text()
         assert "starts afresh (--on-state-loss=fresh)" in log or "creating the missing" in log
         assert "Traceback" not in log
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+        broker.stop()
+
+
+def test_a_broker_outage_stalls_the_worker_which_then_resumes(tmp_path) -> None:
+    """The broker stops answering for 8 s (SIGSTOP, its memory intact): /ready says so, the
+    worker stays up, and once the broker answers again it decides where it left off."""
+    port, web = free_port(), free_port()
+    broker = EmbeddedBroker(port=port, log_path=tmp_path / "broker.log").start()
+    worker = start(broker.bootstrap, "pause", 2, web, tmp_path / "worker.log")
+    assert broker.process is not None
+    try:
+        assert len(decide(broker.bootstrap, "pause", 0, 20)) == 20
+        os.kill(broker.process.pid, signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 15
+            while True:
+                try:
+                    fetch(f"http://127.0.0.1:{web}/ready", timeout_s=2.0)
+                except urllib.error.HTTPError as exc:
+                    assert exc.code == 503
+                    break
+                assert time.monotonic() < deadline, "/ready still 200 with the broker stopped"
+                time.sleep(0.5)
+            time.sleep(3)
+            assert worker.poll() is None
+        finally:
+            os.kill(broker.process.pid, signal.SIGCONT)
+        assert len(decide(broker.bootstrap, "pause", 100, 20)) == 20
+        wait_until_ready(worker, web, 30)
+        assert "Traceback" not in (tmp_path / "worker.log").read_text()
     finally:
         if worker.poll() is None:
             worker.kill()
