@@ -6,9 +6,11 @@
 #   STEPS=report docs/results/prob_graph.sh   # only re-aggregate existing runs
 #
 # Steps: scenarios (banditflow make-log prob-graph-*), direct (the learners alone, T = 10^5,
-# 10 seeds, every graph), choice (lp_policy with lp_choice=ratio),
-# evaluate (banditflow evaluate: the same rounds through the worker's processors, shorter),
-# report (tables, results.json and PNGs into docs/results/prob_graph/).
+# 10 seeds, every graph), choice (lp_policy with lp_choice=reveal, the old default, and
+# lp_choice=ratio), evaluate (banditflow evaluate: the same rounds through the worker's
+# processors, shorter), report (tables, results.json and PNGs into docs/results/prob_graph/;
+# target.md: issue 16's targets per scenario), floor (the log-t test's cost on the revealing
+# graph with the lower bound's own plan: floor.md).
 # Raw runs (trajectory.jsonl per run) stay in $WORK; only aggregates are committed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -18,7 +20,7 @@ BF=${BF:-.venv/bin/banditflow}
 WORK=${WORK:-/tmp/banditflow-prob-graph}
 OUT=docs/results/prob_graph
 JOBS=${JOBS:-2}
-STEPS=${STEPS:-scenarios direct choice evaluate report}
+STEPS=${STEPS:-scenarios direct choice evaluate report floor}
 NICE="nice -n 10"
 NAMES="revealing revealing-cascade er er-cascade clique clique-cascade random random-cascade"
 LEARNERS="lp_policy ucb_n thompson"
@@ -58,11 +60,15 @@ if has_step direct; then
 fi
 
 if has_step choice; then
-  # lp_policy with lp_choice=ratio (LP branch: smallest N_i / target_i) as "lp_ratio".
-  for name in revealing revealing-wide er clique random; do
-    for seed in $(seed_list); do echo "$name lp_policy $seed $T_LONG"; done
+  # The LP branch's other arm choices, on the six scenarios with C* > 0: lp_choice=reveal (the
+  # default before issue 16: the arm revealing the most short arms) as "lp_reveal", and
+  # lp_choice=ratio (the smallest N_i / target_i) as "lp_ratio".
+  for choice in reveal ratio; do
+    for name in revealing revealing-wide revealing-cascade er clique random; do
+      for seed in $(seed_list); do echo "$name lp_policy $seed $T_LONG $choice"; done
+    done
   done | xargs -P "$JOBS" -L 1 bash -c \
-    'simulate "$0" "$1" "$2" "$3" "$WORK/direct" --param lp_choice=\"ratio\" --label lp_ratio'
+    'simulate "$0" "$1" "$2" "$3" "$WORK/direct" --param lp_choice=\"$4\" --label "lp_$4"'
 fi
 
 if has_step evaluate; then
@@ -77,6 +83,39 @@ fi
 
 if has_step report; then
   $PY -m streams.evaluation.prob_graph report "$WORK/direct" "$OUT/direct" \
-    --learners lp_policy,lp_ratio,ucb_n,thompson --at "$T_EVAL,10000"
+    --learners lp_policy,lp_reveal,lp_ratio,ucb_n,thompson --at "$T_EVAL,10000"
   $PY -m streams.evaluation.prob_graph report "$WORK/evaluate" "$OUT/evaluate"
+  # Issue 16's targets: mean R_T <= 2 C* log T and every seed <= 4 C* log T (C* > 0 only).
+  $PY - "$OUT/direct/results.json" > "$OUT/direct/target.md" <<'EOF'
+import json
+import math
+import sys
+
+results = json.load(open(sys.argv[1]))
+learners = ("lp_policy", "lp_reveal", "lp_ratio")
+print("| scenario | C* log T | 2 C* log T | "
+      + " | ".join(f"{name}: mean / C* log T, worst seed" for name in learners) + " |")
+print("|---|---|---|" + "---|" * len(learners))
+for name, result in results.items():
+    reference = result["c_star"] * math.log(result["horizon"])
+    if reference <= 1e-9:
+        continue  # C* = 0: no log T regret is necessary, the target is not defined
+    cells = []
+    for learner in learners:
+        entry = result["learners"].get(learner)
+        if entry is None:
+            cells.append("n/a")
+            continue
+        mean, worst = entry["mean"] / reference, max(entry["regret"]) / reference
+        verdict = "meets" if mean <= 2.0 and worst <= 4.0 else "misses"
+        cells.append(f"{mean:.2f}, {worst:.2f} ({verdict})")
+    print(f"| {name} | {reference:.1f} | {2 * reference:.1f} | " + " | ".join(cells) + " |")
+EOF
+  cat "$OUT/direct/target.md"
+fi
+
+if has_step floor; then
+  $NICE "$PY" docs/results/prob_graph_floor.py --seeds "$SEEDS" --horizon "$T_LONG" \
+    > "$OUT/floor.md"
+  cat "$OUT/floor.md"
 fi
