@@ -433,7 +433,7 @@ class Processor:
         if record is None:
             if not hold_if_unknown:
                 return dead("unknown_decision", "no decision for this event_id")
-            self._hold_feedback(key, lid, part, raw, source, now)
+            self._hold_feedback(key, lid, raw, source, now)
             return out
         entry = store.learners.get(lid)
         if entry is None:  # unreachable while deleting a learner drops its decisions
@@ -487,16 +487,19 @@ class Processor:
         return out
 
     def _hold_feedback(
-        self, key: str, lid: str, part: str, raw: bytes, source: Source, now: float
+        self, key: str, lid: str, raw: bytes, source: Source, now: float
     ) -> None:
         """Keep feedback that arrived before its decision (the grace of its learner, or of an
         unknown learner when the config has not arrived either)."""
         store = self.store
         hold = store.holds.get(key)
-        if hold is not None and any(item.part == part for item in hold.feedback):
+        text = _text(raw)
+        # Only the same record again is a duplicate: another with the same part may be the
+        # true feedback after a contradicting one (each is judged once the decision exists).
+        if hold is not None and any(item.raw == text for item in hold.feedback):
             self.sink.processed(source.topic, "deduplicated")
             return
-        held = Held(_text(raw), source, part)
+        held = Held(text, source)
         if hold is not None:
             hold.feedback.append(held)
             store.touch_hold(key)

@@ -196,7 +196,6 @@ class Held:
 
     raw: str
     source: Source
-    part: str = ""  # feedback only: which part of a multi-part feedback
 
 
 @dataclass(slots=True)
@@ -219,7 +218,7 @@ class Hold:
     @classmethod
     def from_json(cls, data: JSON) -> Hold:
         def held(item: JSON) -> Held:
-            return Held(item["raw"], Source(**item["source"]), item.get("part", ""))
+            return Held(item["raw"], Source(**item["source"]))
 
         return cls(
             HoldKind(data["kind"]),

@@ -600,3 +600,20 @@ def test_contradicting_feedback_of_every_family_is_dead_lettered(
     assert says in out.dead_letters[0].detail
     assert learner_state(p, "x") == before
     assert p.store.decisions["x/e"].open
+
+
+def test_true_feedback_held_after_a_contradicting_one_is_applied(processor: Processor) -> None:
+    """Both arrive before their decision (found by the fault corpus: the true one was dropped
+    as a duplicate of the contradicting one, same part, and the decision could only time
+    out). Once decided, the contradicting one is dead-lettered and the true one applied; the
+    same record sent twice is still held once."""
+    for body in ({"label": "never-offered"}, {"label": "y0"}, {"label": "y0"}):
+        held = processor.on_feedback(
+            encode({"learner_id": LID, "event_id": "e1", **body}), FEEDBACK, 1.0
+        )
+        assert held.dead_letters == []
+    out = processor.on_context(context("e1"), CONTEXTS, 2.0)
+    assert reasons(out) == ["contradicting_feedback"]
+    record = processor.store.decisions[f"{LID}/e1"]
+    assert record.settled_by is Settled.FEEDBACK
+    assert sps_n(processor) == 1
