@@ -8,12 +8,15 @@ import json
 import subprocess
 import sys
 import time
+import urllib.error
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka import TopicPartition as AsyncTopicPartition
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from streams.broker import EmbeddedBroker, free_port
@@ -149,6 +152,28 @@ def send_json(producer: KafkaProducer, topic: str, key: str, value: dict[str, An
         topic, key=key.encode(), value=None if value is None else json.dumps(value).encode()
     )
     producer.flush()
+
+
+async def is_ready(port: int) -> bool:
+    """Whether the worker serving ``port`` answers 200 on /ready (from an event loop)."""
+    try:
+        await asyncio.to_thread(fetch, f"http://127.0.0.1:{port}/ready", 1.0)
+        return True
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+async def decisions_consumer(bootstrap: str, topic: str) -> AIOKafkaConsumer:
+    """A started consumer of every partition of ``topic`` from its beginning, polling fast:
+    the application side of the crash tests, which answers decisions as they come."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=10,
+                                enable_auto_commit=False)
+    await consumer.start()
+    await consumer.topics()
+    tps = [AsyncTopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+    consumer.assign(tps)
+    await consumer.seek_to_beginning(*tps)
+    return consumer
 
 
 class TopicReader:

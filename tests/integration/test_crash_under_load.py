@@ -23,17 +23,17 @@ import asyncio
 import itertools
 import json
 import time
-import urllib.error
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
+from conftest import decisions_consumer, is_ready
 
 from processors import Processor, Source
 from processors.records import DecisionRecord, Settled
-from streams.scrape import fetch, samples, value
+from streams.scrape import samples, value
 from streams.simulators import GaussianScores
 from streams.statelog import read_commits
 from streams.topics import state_topic
@@ -69,14 +69,6 @@ class Application:
     order: list[tuple[str, str]] = field(default_factory=list)  # ("c"|"f", event id)
 
 
-async def is_ready(port: int) -> bool:
-    try:
-        await asyncio.to_thread(fetch, f"http://127.0.0.1:{port}/ready", 1.0)
-        return True
-    except (urllib.error.URLError, OSError):
-        return False
-
-
 def test_kill_minus_nine_under_load(broker, start_worker, wait_until, state_of) -> None:
     rng = np.random.default_rng(SEED)
     app = Application(covered={lid: 0 for lid in LEARNERS})
@@ -88,15 +80,8 @@ def test_kill_minus_nine_under_load(broker, start_worker, wait_until, state_of) 
     async def drive() -> None:
         nonlocal kills_during_startup
         producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
-        consumer = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, fetch_max_wait_ms=10,
-                                    enable_auto_commit=False)
         await producer.start()
-        await consumer.start()
-        await consumer.topics()
-        tps = [TopicPartition(topics.decisions, p)
-               for p in consumer.partitions_for_topic(topics.decisions) or ()]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
+        consumer = await decisions_consumer(broker.bootstrap, topics.decisions)
         for lid in LEARNERS:
             await producer.send(topics.learners, json.dumps(config(lid)).encode(), lid.encode())
         done = asyncio.Event()

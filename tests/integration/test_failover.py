@@ -15,7 +15,8 @@ import time
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
+from conftest import decisions_consumer
 
 pytestmark = pytest.mark.integration
 
@@ -38,15 +39,8 @@ def test_failover_after_kill_and_handover_after_sigterm(
 
     async def drive() -> None:
         producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
-        consumer = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, fetch_max_wait_ms=10,
-                                    enable_auto_commit=False)
         await producer.start()
-        await consumer.start()
-        await consumer.topics()
-        tps = [TopicPartition(topics.decisions, p) for p in range(4)]
-        consumer.assign(tps)
-        for tp in tps:
-            consumer.seek(tp, 0)
+        consumer = await decisions_consumer(broker.bootstrap, topics.decisions)
         for lid in LEARNERS:
             await producer.send(topics.learners, json.dumps(
                 {"learner_id": lid, "family": "conformal", "algorithm": "sps",

@@ -41,8 +41,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
+from conftest import decisions_consumer, is_ready
 
 from processors.records import DecisionRecord, Settled
 from streams.scrape import fetch
@@ -99,14 +100,6 @@ class Application:
     duplicates: int = 0
 
 
-async def is_ready(port: int) -> bool:
-    try:
-        await asyncio.to_thread(fetch, f"http://127.0.0.1:{port}/ready", 1.0)
-        return True
-    except (urllib.error.URLError, OSError):
-        return False
-
-
 async def group_report(bootstrap: str, alive: list[Any]) -> str:
     """The group as the broker describes it, and what each live worker's /ready says."""
     ready = []
@@ -142,15 +135,8 @@ def test_kill_minus_nine_with_two_or_three_workers(
 
     async def drive() -> None:
         producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
-        consumer = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, fetch_max_wait_ms=10,
-                                    enable_auto_commit=False)
         await producer.start()
-        await consumer.start()
-        await consumer.topics()
-        tps = [TopicPartition(topics.decisions, p)
-               for p in consumer.partitions_for_topic(topics.decisions) or ()]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
+        consumer = await decisions_consumer(broker.bootstrap, topics.decisions)
 
         async def send(topic: str, lid: str, body: dict[str, Any]) -> None:
             await producer.send(topic, json.dumps(body).encode(), lid.encode())
