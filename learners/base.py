@@ -117,18 +117,62 @@ class Learner(ABC):
         return {}
 
 
-def require(params: Mapping[str, Any], name: str, kind: type, default: Any = None) -> Any:
-    """Read one parameter, with a default, converting and naming the parameter on error."""
+# Integer parameters are exact in a float (what JSON clients and the learners' arithmetic
+# assume); sizes have their own, smaller caps (``at_most``).
+MAX_INT_PARAM = 2**53
+# The most numbers a learner's state may hold: it is snapshotted whole in the state log.
+MAX_STATE_NUMBERS = 10_000_000
+
+
+def require(
+    params: Mapping[str, Any],
+    name: str,
+    kind: type,
+    default: Any = None,
+    *,
+    at_most: int | None = None,
+) -> Any:
+    """Read one parameter, with a default, converting and naming the parameter on error.
+
+    Integers are at most ``at_most`` in magnitude, :data:`MAX_INT_PARAM` by default.
+
+    >>> require({"horizon": 100}, "horizon", int)
+    100
+    >>> require({"horizon": 10**30}, "horizon", int)
+    Traceback (most recent call last):
+    ...
+    learners.base.LearnerError: parameter 'horizon' must be at most 9007199254740992, got 10**30
+    """
     value = params.get(name, default)
     if value is None:
         raise LearnerError(f"parameter {name!r} is required")
     try:
         converted = kind(value)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise LearnerError(f"parameter {name!r} must be {kind.__name__}, got {value!r}") from exc
     if isinstance(converted, float) and not math.isfinite(converted):
         raise LearnerError(f"parameter {name!r} must be finite, got {value!r}")
+    limit = at_most if at_most is not None else MAX_INT_PARAM if kind is int else None
+    if limit is not None and abs(converted) > limit:
+        raise LearnerError(f"parameter {name!r} must be at most {limit}, got {_short(converted)}")
     return converted
+
+
+def _short(value: Any) -> str:
+    """``value`` for an error message: a huge integer as a power of ten, not 5,000 digits."""
+    if isinstance(value, int) and abs(value) > 10**15:
+        return f"{'-' if value < 0 else ''}10**{len(str(abs(value))) - 1}"
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
+def check_state_size(numbers: int, what: str) -> None:
+    """Raise :class:`LearnerError` if ``numbers`` exceeds :data:`MAX_STATE_NUMBERS`."""
+    if numbers > MAX_STATE_NUMBERS:
+        raise LearnerError(
+            f"{what} would keep {numbers:,} numbers in the learner's state, over the limit of "
+            f"{MAX_STATE_NUMBERS:,}"
+        )
 
 
 def check_unknown(params: Mapping[str, Any], known: AbstractSet[str]) -> None:

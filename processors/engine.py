@@ -26,6 +26,7 @@ the events and ``now``.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,13 +59,16 @@ from schemas import (
     parse_event,
 )
 
+log = logging.getLogger(__name__)
+
 # Fields every event carries that learners do not see (a feedback's ``part`` they do see).
 ENVELOPE = {"schema_version", "learner_id", "event_id", "ts"}
 # Learner calls between two checkpoints of a learner's state (bounds the redo log offline,
 # where no commit checkpoints it).
 REDO_LIMIT = 256
-# Exceptions from a learner that mean "this event is unusable", not "the worker is broken".
-LEARNER_FAILURES = (LearnerError, ValueError, TypeError, IndexError, KeyError)
+# Exceptions from a learner that mean "this event is unusable", not "the worker is broken"
+# (a learner built from parameters it cannot work with is an invalid config).
+LEARNER_FAILURES = (LearnerError, ValueError, TypeError, IndexError, KeyError, ArithmeticError)
 
 
 def failure_reason(exc: Exception) -> str:
@@ -285,8 +289,9 @@ class Processor:
             return out
         try:
             learner = make_learner(config.family, config.algorithm, config.params)
-        except LearnerError as exc:
-            self._dead(out, "invalid_config", str(exc), raw, source, now, lid)
+        except LEARNER_FAILURES as exc:
+            detail = str(exc) if isinstance(exc, LearnerError) else f"{type(exc).__name__}: {exc}"
+            self._dead(out, "invalid_config", detail, raw, source, now, lid)
             return out
         new_config = config.model_dump(mode="json")
         old = store.learners.get(lid)
@@ -318,7 +323,13 @@ class Processor:
             if hold.feedback:
                 store.put_hold(key, Hold(HoldKind.EARLY, hold.deadline, hold.feedback))
             context = hold.context
-            out.extend(self.on_context(context.raw.encode(), context.source, now))
+            raw = context.raw.encode()
+            try:
+                out.extend(self.on_context(raw, context.source, now))
+            except Exception as exc:  # one held context must not cost the others theirs
+                log.exception("internal error deciding a held context of %r", learner_id)
+                self._dead(out, "internal_error", f"{type(exc).__name__}: {exc}", raw,
+                           context.source, now, learner_id)
 
     # ------------------------------------------------------------------ context
     def on_context(self, raw: bytes, source: Source, now: float) -> Emitted:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SCHEMA_VERSION = 1
@@ -11,7 +12,8 @@ FAMILIES = ("conformal", "graph_cb", "deferral", "prob_graph")
 
 Id = Annotated[str, Field(min_length=1, max_length=256)]
 LearnerId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
-Label = str | int
+# An integer label is a 64-bit integer: decisions and the state log encode it as one.
+Label = str | Annotated[int, Field(ge=-(2**63), lt=2**63)]
 
 
 class Record(BaseModel):
@@ -33,6 +35,19 @@ class LearnerConfig(Record):
     seed: int = Field(0, ge=0, lt=2**63)
     feedback_timeout_s: float = Field(300.0, gt=0)
     early_feedback_grace_s: float = Field(30.0, ge=0)
+
+    @field_validator("params")
+    @classmethod
+    def _encodable_params(cls, params: dict[str, Any]) -> dict[str, Any]:
+        # The config is stored in the state log with the learner; one that cannot be encoded
+        # there would fail every commit of its partition.
+        try:
+            orjson.dumps(params)
+        except orjson.JSONEncodeError as exc:
+            raise ValueError(
+                f"params cannot be stored: {exc} (integers must fit in 64 bits)"
+            ) from None
+        return params
 
 
 class Context(Record):

@@ -58,6 +58,7 @@ from learners.base import (
     Learned,
     Learner,
     LearnerError,
+    check_state_size,
     check_unknown,
     require,
 )
@@ -92,6 +93,8 @@ class Settings:
         dim = require(params, "dim", int)
         if dim < 1:
             raise LearnerError(f"parameter 'dim' must be >= 1, got {dim}")
+        # two arms, each a dim x dim matrix besides its estimate
+        check_state_size(2 * dim * (dim + 1), f"parameter 'dim' = {dim}")
         budget = require(params, "budget", float)
         if budget <= 0.0:
             raise LearnerError(f"parameter 'budget' (B per period) must be > 0, got {budget}")

@@ -43,7 +43,7 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from learners.base import JSON, LearnerError, require
+from learners.base import JSON, LearnerError, check_state_size, require
 from learners.deferral.base import DeferralLearner, Settings
 from learners.deferral.estimators import Arm, Estimate
 from learners.deferral.ucb import UCB
@@ -52,6 +52,7 @@ from learners.torch_support import import_torch, one_thread
 NETWORKS = ("model", "human", "cost")  # what each network predicts
 HISTORIES = {"model": "model", "human": "human", "cost": "human"}  # network -> its history
 TARGET_COLUMN = {"model": -1, "human": -2, "cost": -1}  # network -> column of its history rows
+MAX_HIDDEN_SIZE = 4_096
 NEURAL_DEFAULTS: dict[str, Any] = {
     "hidden_size": 50,
     "window": 500,
@@ -140,10 +141,17 @@ class NeuralLinear(UCB):
         values = {}
         for name, default in NEURAL_DEFAULTS.items():
             kind = float if name == "learning_rate" else int
-            values[name] = require(params, name, kind, default)
+            at_most = MAX_HIDDEN_SIZE if name == "hidden_size" else None
+            values[name] = require(params, name, kind, default, at_most=at_most)
         for name in ("hidden_size", "window", "retrain_every", "train_steps", "batch_size"):
             if values[name] < 1:
                 raise LearnerError(f"parameter {name!r} must be >= 1, got {values[name]}")
+        dim, hidden = settings.dim, values["hidden_size"]
+        # three networks, and two histories of ``window`` rows
+        check_state_size(
+            len(NETWORKS) * (dim + 2) * (hidden + 1) + 2 * values["window"] * (dim + 2),
+            "the neural_linear networks and histories",
+        )
         if values["learning_rate"] <= 0.0:
             raise LearnerError(
                 f"parameter 'learning_rate' must be > 0, got {values['learning_rate']}"

@@ -46,6 +46,10 @@ from learners.graph_cb.graphs import as_graph, independence_number, named_graph
 from learners.graph_cb.oracles import Oracle, build_oracle
 from learners.graph_cb.schedules import GammaSchedule
 
+# The most actions a learner may have: every decision solves for a distribution over them,
+# at a cost that grows with the square of their number (the K x K feedback graph).
+MAX_ACTIONS = 1_000
+
 
 class GraphCBLearner(Learner):
     """Base of the graph_cb family; subclasses choose p from (fhat, G, gamma)."""
@@ -84,7 +88,9 @@ class GraphCBLearner(Learner):
             raise LearnerError("give either parameter 'graph' or 'graph_kind', not both")
         if params.get("graph") is not None:
             graph = as_graph(params["graph"])
-        actions = require(params, "actions", int, None if graph is None else graph.shape[0])
+        actions = require(
+            params, "actions", int, None if graph is None else graph.shape[0], at_most=MAX_ACTIONS
+        )
         if actions < 1:
             raise LearnerError(f"parameter 'actions' must be >= 1, got {actions}")
         if graph is not None and graph.shape[0] != actions:

@@ -42,7 +42,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from learners.base import JSON, LearnerError, require
+from learners.base import (
+    JSON,
+    MAX_STATE_NUMBERS,
+    LearnerError,
+    check_state_size,
+    require,
+)
 from learners.torch_support import import_torch, one_thread
 
 LAYOUTS = ("shared", "per_action")
@@ -81,6 +87,9 @@ class LinearOracle:
         self.bias = bias
         size = feature_dim + int(bias)
         rows = actions if layout == "shared" else 1
+        check_state_size(
+            rows * size * (size if update == "rls" else 1), f"the linear oracle ({update})"
+        )
         self.weights = np.zeros((rows, size))
         self.inverse_gram = (
             np.repeat(np.eye(size)[None] / ridge, rows, axis=0) if update == "rls" else None
@@ -249,6 +258,12 @@ class NeuralOracle:
             raise LearnerError(f"parameter 'feature_dim' must be >= 1, got {feature_dim}")
         if hidden_size < 0:
             raise LearnerError(f"parameter 'hidden_size' must be >= 0, got {hidden_size}")
+        inputs, outputs = feature_dim + int(bias), actions if layout == "shared" else 1
+        check_state_size(
+            (inputs + 1) * hidden_size + (hidden_size + 1) * outputs
+            if hidden_size else (inputs + 1) * outputs,
+            "the neural oracle",
+        )
         if learning_rate <= 0.0:
             raise LearnerError("parameter 'learning_rate' must be positive")
         self.torch = torch
@@ -362,7 +377,7 @@ def build_oracle(params: Mapping[str, Any], actions: int) -> Oracle:
     if kind not in ORACLES:
         raise LearnerError(f"parameter 'oracle' must be one of {ORACLES}, got {kind!r}")
     layout = str(params.get("feature_layout") or "shared")
-    feature_dim = require(params, "feature_dim", int)
+    feature_dim = require(params, "feature_dim", int, at_most=MAX_STATE_NUMBERS)
     bias = bool(params.get("bias", True))
     if kind == "linear":
         given = [name for name in NEURAL_PARAMS if params.get(name) is not None]

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from learners.base import LearnerError
+from learners.base import LearnerError, check_state_size
 
 CASES = ("one_step", "cascade")
 REWARDS = ("gaussian", "bernoulli")
@@ -36,6 +36,8 @@ def edge_matrix(arms: int, edges: Sequence[Sequence[Any]]) -> np.ndarray:
     """
     if isinstance(arms, bool) or not isinstance(arms, int | np.integer) or arms < 2:
         raise LearnerError(f"parameter 'arms' must be an integer >= 2, got {arms!r}")
+    # the policies keep K x K matrices (edge probabilities, reach counts)
+    check_state_size(2 * arms * arms, f"parameter 'arms' = {arms}")
     if isinstance(edges, str | bytes) or not isinstance(edges, Sequence):
         raise LearnerError(f"parameter 'edges' must be a list of [i, j, p], got {edges!r}")
     matrix = np.zeros((arms, arms))

@@ -77,6 +77,7 @@ from learners.prob_graph.bound import information_targets, solve_lp
 from learners.prob_graph.graph import Setting, sample_reach_counts
 
 LP_CHOICES = ("progress", "reveal", "ratio")
+MAX_MC_SAMPLES = 100_000  # samples per decision's Monte Carlo estimate: its cost is linear
 """Rules for the LP branch's arm among those below their targets (module docstring, step 5)."""
 
 
@@ -162,7 +163,7 @@ class LPPolicy(ProbGraphLearner):
             "lp_choice": params.get("lp_choice", "progress"),
             "lp_tolerance": require(params, "lp_tolerance", float, 0.01),
             "kl_clip": require(params, "kl_clip", float, 1e-3),
-            "mc_samples": require(params, "mc_samples", int, 500),
+            "mc_samples": require(params, "mc_samples", int, 500, at_most=MAX_MC_SAMPLES),
             "gamma0": require(params, "gamma0", float, 0.2),
         }
         checks = {

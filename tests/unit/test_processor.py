@@ -292,6 +292,78 @@ def test_bad_contexts_are_dead_lettered_with_a_reason(
     assert processor.on_context(context("ok"), CONTEXTS, 2.0).decisions  # and still working
 
 
+def test_integers_beyond_64_bits_are_refused_by_the_schema(processor: Processor) -> None:
+    """A label the decision (and the state log) could not encode is the record's fault."""
+    big = {"learner_id": LID, "event_id": "big", "labels": [2**64, "b"], "scores": [1.0, 0.5]}
+    (dead,) = processor.on_context(encode(big), CONTEXTS, 1.0).dead_letters
+    assert dead.reason == "invalid_schema" and "labels.0" in dead.detail
+    small = {**big, "event_id": "ok", "labels": [2**63 - 1, -(2**63)]}
+    assert processor.on_context(encode(small), CONTEXTS, 1.0).decisions
+    nested = config(params={"alpha": 0.8, "horizon": 200, "extra": [[2**64]]})
+    (dead,) = processor.on_config(LID, nested, CONFIGS, 1.0).dead_letters
+    assert dead.reason == "invalid_schema" and "64 bits" in dead.detail
+
+
+@pytest.mark.parametrize(
+    ("family", "algorithm", "params", "detail"),
+    [
+        ("conformal", "sps", {"alpha": 0.9, "horizon": 2**64 - 1}, "at most 9007199254740992"),
+        ("conformal", "sps", {"alpha": 0.9, "horizon": "9" * 400}, "at most 9007199254740992"),
+        ("conformal", "aci", {"alpha": 0.9, "window": -(2**60)}, "at most"),
+        ("conformal", "sps", {"alpha": 0.9, "horizon": 100, "delta": "1e999"}, "finite"),
+        ("graph_cb", "squarecb_g", {"actions": 3, "feature_dim": 2**61, "graph_kind": "full"},
+         "at most 10000000"),
+        ("graph_cb", "squarecb_g", {"actions": 5000, "feature_dim": 2, "graph_kind": "full"},
+         "at most 1000"),
+        ("graph_cb", "squarecb_g",
+         {"actions": 100, "feature_dim": 40_000, "update": "rls", "graph_kind": "full"},
+         "numbers in the learner's state"),
+        ("deferral", "ucb", {"dim": 40_000, "budget": 0.3, "horizon": 100}, "numbers"),
+        ("deferral", "ucb", {"dim": 2, "budget": 0.3, "horizon": 10**19}, "at most"),
+        ("prob_graph", "lp_policy", {"arms": 30_000, "edges": [[0, 1, 1.0]]}, "numbers"),
+        ("prob_graph", "lp_policy",
+         {"arms": 2, "edges": [[0, 1, 1.0], [1, 0, 1.0]], "warmup_observations": 10**18},
+         "at most"),
+    ],
+)
+def test_parameters_a_learner_cannot_work_with_are_invalid_configs(
+    processor: Processor, family: str, algorithm: str, params: dict[str, Any], detail: str
+) -> None:
+    """Sizes that would not fit in memory or in the state log, and numbers too large for a
+    float, are refused by name when the config arrives, never at the first context."""
+    emitted = processor.on_config(
+        LID, config(family=family, algorithm=algorithm, params=params), CONFIGS, 1.0
+    )
+    (dead,) = emitted.dead_letters
+    assert dead.reason == "invalid_config" and detail in dead.detail, dead.detail
+    assert processor.store.learners[LID].version == 1  # the old learner stays
+
+
+def test_a_held_context_that_fails_does_not_cost_the_others_their_decisions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Contexts that waited for their learner's config are decided one by one when it comes:
+    an unexpected failure on one is its own dead letter, the others are decided."""
+    p = Processor(unknown_learner_grace_s=3.0)
+    for eid in ("e1", "bad", "e3"):
+        p.on_context(context(eid), CONTEXTS, 0.0)
+    p.on_feedback(feedback("e3"), FEEDBACK, 0.1)
+    decide = Processor.on_context
+
+    def on_context(self: Processor, raw: bytes, source: Source, now: float) -> Emitted:
+        if b'"bad"' in raw:
+            raise RuntimeError("a bug")
+        return decide(self, raw, source, now)
+
+    monkeypatch.setattr(Processor, "on_context", on_context)
+    released = p.on_config(LID, config(), CONFIGS, 0.5)
+    assert sorted(d.event_id for d in released.decisions) == ["e1", "e3"]
+    assert [(d.reason, d.detail) for d in released.dead_letters] == [
+        ("internal_error", "RuntimeError: a bug")
+    ]
+    assert sps_n(p) == 1  # e3's feedback, held with it, was applied
+
+
 def test_oversize_payloads_are_rejected_by_configurable_limits() -> None:
     p = Processor(limits=Limits(max_event_bytes=300, max_labels=3))
     p.on_config(LID, config(), CONFIGS, 0.0)
