@@ -9,7 +9,7 @@ DEV := $(VENV)/.installed-dev
 EVENTS ?= 5000
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint system-deps bench clean
+.PHONY: demo test lint system-deps bench fault clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,13 @@ lint: $(DEV)
 
 test: $(DEV) system-deps lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The fault suite at full size (issue 12): 10^5 hostile records through a real worker, and
+# more hypothesis examples; `make test` runs it at 20,000 (FAULT_CORPUS_SIZE, FAULT_SEED,
+# FAULT_SKIP: see tests/fault/test_corpus.py). Numbers: runs/fault/corpus.json.
+fault: $(DEV)
+	FAULT_CORPUS_SIZE=100000 FAULT_PROPERTY_EXAMPLES=3000 \
+	  $(BIN)/python -m pytest tests/fault -s -o timeout=1800 $(PYTEST_ARGS)
 
 bench: $(DEV)
 	$(BIN)/python -m pytest tests/benchmarks -s -o python_files="bench_*.py" $(PYTEST_ARGS)
