@@ -13,9 +13,10 @@ true feedback does, no traceback.
 2. The escape in (1) while contexts wait for their learner's config: the exception leaves
    the config handler, and the decisions and dead letters of the other contexts released
    with it are lost (their decisions are stored, never published).
-3. Contradicting feedback that arrives before its decision is held with the true feedback's
-   ``part``, so the true feedback is then dropped as a duplicate: neither applied nor
-   dead-lettered (the decision can only time out).
+3. Contradicting feedback that arrived before its decision was held with the true feedback's
+   ``part``, so the true feedback was then dropped as a duplicate: neither applied nor
+   dead-lettered (the decision could only time out). Fixed in 1bf9ae6; kept as its test on
+   the broker.
 """
 
 from __future__ import annotations
