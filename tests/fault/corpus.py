@@ -80,20 +80,6 @@ GRAPH_DIM = 2
 GRAPH_PARAMS = {"actions": GRAPH_ACTIONS, "feature_dim": GRAPH_DIM, "graph_kind": "full"}
 EXP_TIMEOUT_S = 1.0
 
-# Kinds of bad records that currently escape the worker's error handling (see
-# tests/fault/test_escapes.py): part of the corpus, so the suite fails until they are fixed.
-# ``param_beyond_64_bits`` makes every commit of its partition fail, and the worker then
-# re-reads all its partitions, once a second, forever (that partition never decides again,
-# the others publish their decisions again at each re-read): FAULT_SKIP=
-# invalid_config/param_beyond_64_bits lets the rest of a run be measured meanwhile.
-KNOWN_ESCAPES = (
-    "invalid_schema/label_beyond_64_bits",
-    "invalid_config/param_beyond_64_bits",
-    "invalid_config/array_too_big",
-    "invalid_config/number_too_big_for_float",
-)
-
-
 @dataclass(frozen=True)
 class Record:
     """One record to produce and the outcome the worker owes it."""
@@ -408,7 +394,7 @@ class _Generator:
             else:
                 body["feedback_timeout_s"] = self.choice([0, -5, "60"])
             lid = body["learner_id"]
-        else:  # a label no 64-bit integer holds: escapes (see KNOWN_ESCAPES)
+        else:  # a label no 64-bit integer holds (once an internal_error: test_escapes.py)
             body["labels"] = [int(self.choice([2**64, -(2**63) - 1, 10**30])), "y1"]
             body["scores"] = [1.0, 0.5]
         return [self.keyed(stream, lid, body, "invalid_schema", f"invalid_schema/{kind}")]
@@ -507,7 +493,7 @@ class _Generator:
         kind = self.choice([
             "unknown_algorithm", "alpha_out_of_range", "unknown_parameter", "horizon_too_small",
             "missing_parameter", "wrong_parameter_type", "param_beyond_64_bits",
-            "array_too_big", "number_too_big_for_float",
+            "array_too_big", "number_too_big_for_float", "too_many_actions", "state_too_big",
         ])
         if kind == "unknown_algorithm":
             body = conformal_config(lid, algorithm=self.choice(["spss", "SPS", "ucb"]))
@@ -523,14 +509,23 @@ class _Generator:
                     "params": {"feature_dim": 2}}
         elif kind == "wrong_parameter_type":
             body = conformal_config(lid, params={"alpha": "high", "horizon": 100})
-        elif kind == "param_beyond_64_bits":  # escapes: every commit fails afterwards
+        # The kinds below were found escaping as internal errors (test_escapes.py).
+        elif kind == "param_beyond_64_bits":  # the state log could not store it
             body = conformal_config(lid, params={"alpha": 0.9, "horizon": 2**64})
-        elif kind == "array_too_big":  # escapes: numpy's ValueError, not a LearnerError
+        elif kind == "array_too_big":  # numpy's ValueError
             body = {"learner_id": lid, "family": "graph_cb", "algorithm": "squarecb_g",
                     "params": {**GRAPH_PARAMS, "feature_dim": 2**61}}
-        else:  # escapes: OverflowError converting the horizon to a float
+        elif kind == "number_too_big_for_float":  # OverflowError
             body = conformal_config(lid, params={"alpha": 0.9, "horizon": "9" * 400})
-        return [self.keyed("learners", lid, body, "invalid_config", f"invalid_config/{kind}")]
+        elif kind == "too_many_actions":  # a K x K graph per decision
+            body = {"learner_id": lid, "family": "graph_cb", "algorithm": "squarecb_g",
+                    "params": {**GRAPH_PARAMS, "actions": 50_000}}
+        else:  # a 12.8 GB inverse Gram matrix
+            body = {"learner_id": lid, "family": "graph_cb", "algorithm": "squarecb_g",
+                    "params": {**GRAPH_PARAMS, "feature_dim": 40_000, "update": "rls"}}
+        # an integer beyond 64 bits is refused by the schema, before any learner sees it
+        reason = "invalid_schema" if kind == "param_beyond_64_bits" else "invalid_config"
+        return [self.keyed("learners", lid, body, reason, f"{reason}/{kind}")]
 
     def make_learner_rejected(self) -> list[Record] | None:
         kind = self.choice(["empty_labels", "features_to_conformal", "wrong_dimension",

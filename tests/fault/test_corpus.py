@@ -14,7 +14,7 @@ Size: ``FAULT_CORPUS_SIZE`` bad records (default 20,000, about a minute; ``make 
 10^5), seed ``FAULT_SEED``, production rate ``FAULT_RATE`` records/s at most (0: no limit;
 the producer also stays within ``BACKLOG`` records of the worker). ``FAULT_SKIP``
 (comma-separated ``reason/kind`` categories or whole reasons) leaves them out, to measure the rest
-while a known escape is open (corpus.KNOWN_ESCAPES). The numbers go to
+while a problem the suite found is open. The numbers go to
 ``runs/fault/corpus.json`` (docs/results/fault_suite.md quotes them).
 """
 

@@ -1,22 +1,20 @@
-"""Minimal reproducers of what the fault corpus (test_corpus.py) found, one worker each on
-the embedded broker, so that each failure names its record. They assert the documented
+"""Regression tests of what the fault corpus (test_corpus.py) found, one worker each on the
+embedded broker, so that each failure names its record. They assert the documented
 behaviour: every bad record one dead letter with its reason (never internal_error), every
 valid context its decision, nothing a contradicting record says reaches a learner while the
-true feedback does, no traceback.
+true feedback does, no traceback. What they caught (docs/results/fault_suite.md):
 
-1. Records that escape the processors' error handling (corpus.KNOWN_ESCAPES): an integer
-   label beyond 64 bits (the decision cannot be encoded: internal_error), a learner parameter
-   beyond 64 bits (accepted; the state log cannot encode the config, so every commit of its
-   partition fails and the worker re-reads all its partitions once a second, forever: that
-   partition never decides again), parameters numpy or float() refuse (ValueError /
-   OverflowError instead of LearnerError: internal_error).
-2. The escape in (1) while contexts wait for their learner's config: the exception leaves
+1. Records that escaped the processors' error handling: an integer label beyond 64 bits
+   (the decision could not be encoded: internal_error), a learner parameter beyond 64 bits
+   (accepted; the state log could not encode the config, so every commit of its partition
+   failed and the worker re-read all its partitions once a second, forever), parameters
+   numpy or float() refuse (ValueError / OverflowError instead of LearnerError).
+2. The escape in (1) while contexts waited for their learner's config: the exception left
    the config handler, and the decisions and dead letters of the other contexts released
-   with it are lost (their decisions are stored, never published).
+   with it were lost (their decisions stored, never published).
 3. Contradicting feedback that arrived before its decision was held with the true feedback's
    ``part``, so the true feedback was then dropped as a duplicate: neither applied nor
-   dead-lettered (the decision could only time out). Fixed in 1bf9ae6; kept as its test on
-   the broker.
+   dead-lettered (the decision could only time out).
 """
 
 from __future__ import annotations
@@ -77,22 +75,20 @@ def metric(worker: Any, name: str, **labels: str) -> float:
 
 # (case id, stream, learner id of the record, its JSON value, the reasons that are correct)
 CASES: list[tuple[str, str, str, dict[str, Any], set[str]]] = [
-    # orjson: "Integer exceeds 64-bit range" when the decision is encoded (engine.py,
-    # on_context: len(decision.to_json())), outside the learner-call error handling.
+    # was: orjson's "Integer exceeds 64-bit range" encoding the decision (internal_error)
     ("label-beyond-64-bits", "contexts", "esc",
      context("esc", "big", [2**64, "b"]), {"invalid_schema"}),
-    # SPS takes horizon = 2^64; statelog.PartitionLog.commit cannot encode the config, the
-    # commit loop re-reads every partition and fails again, once a second, forever.
+    # was: accepted, and statelog.PartitionLog.commit could not encode the config: the
+    # commit loop re-read every partition and failed again, once a second, forever.
     ("param-beyond-64-bits", "learners", "esc-h",
      {**conformal_config("esc-h"), "params": {"alpha": 0.9, "horizon": 2**64}},
      {"invalid_config", "invalid_schema"}),
-    # numpy's ValueError ("array is too big") building the oracle: on_config catches only
-    # LearnerError.
+    # was: numpy's ValueError ("array is too big") building the oracle (internal_error)
     ("array-too-big", "learners", "esc-g",
      {"learner_id": "esc-g", "family": "graph_cb", "algorithm": "squarecb_g",
       "params": {"actions": 3, "feature_dim": 2**61, "graph_kind": "full"}},
      {"invalid_config"}),
-    # OverflowError ("int too large to convert to float") from a 400-digit horizon string.
+    # was: OverflowError ("int too large to convert to float") (internal_error)
     ("number-too-big-for-float", "learners", "esc-f",
      {**conformal_config("esc-f"), "params": {"alpha": 0.9, "horizon": "9" * 400}},
      {"invalid_config"}),
