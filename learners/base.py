@@ -120,6 +120,9 @@ class Learner(ABC):
 # Integer parameters are exact in a float (what JSON clients and the learners' arithmetic
 # assume); sizes have their own, smaller caps (``at_most``).
 MAX_INT_PARAM = 2**53
+# The smallest ridge (lambda of lambda I) a learner takes: I / lambda must stay finite, or
+# the state would hold infinities (which no JSON, and so no state log, can carry).
+MIN_RIDGE = 1e-12
 # The most numbers a learner's state may hold: it is snapshotted whole in the state log.
 MAX_STATE_NUMBERS = 10_000_000
 

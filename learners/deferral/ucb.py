@@ -48,7 +48,7 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from learners.base import JSON, LearnerError, require
+from learners.base import JSON, MIN_RIDGE, LearnerError, require
 from learners.deferral.base import Choice, DeferralLearner, Settings
 from learners.deferral.estimators import LINKS, Arm, link_mean
 
@@ -112,8 +112,10 @@ class UCB(DeferralLearner):
         beta = require(params, "beta", float, 0.02)
         delta = require(params, "delta", float, 0.05)
         warmup = require(params, "warmup", int, 0)
-        if ridge <= 0.0:
-            raise LearnerError(f"parameter 'ridge' (lambda of lambda I) must be > 0, got {ridge}")
+        if ridge < MIN_RIDGE:
+            raise LearnerError(
+                f"parameter 'ridge' (lambda of lambda I) must be >= {MIN_RIDGE}, got {ridge}"
+            )
         if beta < 0.0:
             raise LearnerError(f"parameter 'beta' must be >= 0, got {beta}")
         if not 0.0 < delta < 1.0:

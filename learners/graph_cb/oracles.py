@@ -45,6 +45,7 @@ import numpy as np
 from learners.base import (
     JSON,
     MAX_STATE_NUMBERS,
+    MIN_RIDGE,
     LearnerError,
     check_state_size,
     require,
@@ -76,8 +77,10 @@ class LinearOracle:
             raise LearnerError(f"parameter 'update' must be one of {UPDATES}, got {update!r}")
         if feature_dim < 1:
             raise LearnerError(f"parameter 'feature_dim' must be >= 1, got {feature_dim}")
-        if learning_rate <= 0.0 or ridge <= 0.0:
-            raise LearnerError("parameters 'learning_rate' and 'ridge' must be positive")
+        if learning_rate <= 0.0 or ridge < MIN_RIDGE:
+            raise LearnerError(
+                f"parameter 'learning_rate' must be positive and 'ridge' at least {MIN_RIDGE}"
+            )
         self.actions = actions
         self.feature_dim = feature_dim
         self.layout = layout
