@@ -258,6 +258,9 @@ class Processor:
                 args = [fields, LazyGenerator(rng._seed, rng._event_id)]
             getattr(learner, method)(*args)
         entry.learner = learner
+        # A new checkpoint here: a stream of rejected calls then costs each the calls since
+        # the last rejection, not the whole redo log again (up to REDO_LIMIT calls each).
+        entry.mark_checkpoint(learner.to_state())
 
     # ------------------------------------------------------------------ config
     def on_config(self, key: str | None, raw: bytes | None, source: Source, now: float) -> Emitted:

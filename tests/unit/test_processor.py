@@ -186,6 +186,21 @@ def test_a_failing_learner_call_changes_nothing(processor: Processor, monkeypatc
     assert sps_n(processor) == 6
 
 
+def test_a_rejected_call_costs_the_calls_since_the_last_rejection(processor: Processor) -> None:
+    """Undoing a rejected call rebuilds the learner and replays the calls since its last
+    checkpoint; the rebuilt learner is the new checkpoint, so a stream of hostile records
+    does not replay the same (up to REDO_LIMIT) calls again for each of them."""
+    entry = processor.store.learners[LID]
+    for i in range(50):
+        processor.on_context(context(f"e{i}"), CONTEXTS, 1.0)
+    assert len(entry.redo) == 50
+    bad = encode({"learner_id": LID, "event_id": "bad", "features": [1.0]})
+    assert reasons(processor.on_context(bad, CONTEXTS, 1.0)) == ["learner_rejected"]
+    assert entry.redo == [] and entry.checkpoint == entry.learner.to_state()
+    processor.on_context(context("next"), CONTEXTS, 1.0)
+    assert len(entry.redo) == 1
+
+
 def test_changes_hold_the_latest_value_of_each_key_once(processor: Processor) -> None:
     processor.store.changes()
     for i in range(20):
