@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import orjson
 
 from learners.base import ContradictingFeedback, Learned, Learner, LearnerError
 from learners.registry import learner_class, make_learner
@@ -125,6 +126,14 @@ class LazyGenerator:
         if self._generator is None:
             self._generator = event_seed(self._seed, self._event_id)
         return getattr(self._generator, name)
+
+
+def feedback_digest(feedback: Feedback) -> str:
+    """What a feedback says, as a short digest: equal for the same feedback sent again (also
+    re-serialised, or with another ``ts``), different for a feedback that says otherwise."""
+    said = feedback.model_dump(exclude={"ts", "schema_version"}, exclude_none=True)
+    text = orjson.dumps(said, option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(text, digest_size=8).hexdigest()
 
 
 def _text(raw: bytes | None) -> str:
@@ -453,10 +462,18 @@ class Processor:
         if entry is None:  # unreachable while deleting a learner drops its decisions
             self._unknown_learner(out, raw, source, now, lid, eid)
             return out
+        digest = feedback_digest(feedback)
+        applied = record.applied(part, digest)
+        if applied is False:
+            return dead(
+                "contradicting_feedback",
+                "different feedback for this decision" + (f" (part {part!r})" if part else "")
+                + " was applied first; this one is not",
+            )
+        if applied:
+            self.sink.processed(source.topic, "deduplicated")
+            return out
         if not record.open:
-            if part in record.parts:
-                self.sink.processed(source.topic, "deduplicated")
-                return out
             if record.settled_by is Settled.TIMEOUT:
                 return dead(
                     "decision_expired",
@@ -473,9 +490,6 @@ class Processor:
                 f"decided by learner version {record.version}, which has since been "
                 f"reconfigured to version {entry.version}",
             )
-        if part in record.parts:
-            self.sink.processed(source.topic, "deduplicated")
-            return out
         fields = feedback.model_dump(exclude=ENVELOPE, exclude_none=True)
         accepted = type(entry.learner).FEEDBACK_FIELDS
         foreign = sorted(name for name in fields if name not in accepted and name != "part")
@@ -492,6 +506,7 @@ class Processor:
         stats.on_learned(entry.stats, learned.metrics, settled=learned.done)
         store.touch_learner(lid)
         record.parts.append(part)
+        record.digests.append(digest)
         if learned.done:
             store.settle(key, record, Settled.FEEDBACK, now, self.retention_s)
         else:

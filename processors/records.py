@@ -121,10 +121,21 @@ class DecisionRecord:
     settled_by: Settled | None = None
     settled_at: float | None = None
     truth: bool = False
+    # digests[i]: what the feedback of parts[i] said (feedback_digest), to tell the same
+    # feedback sent again from a different one for the same part
+    digests: list[str] = field(default_factory=list)
 
     @property
     def open(self) -> bool:
         return self.settled_by is None
+
+    def applied(self, part: str, digest: str) -> bool | None:
+        """Whether feedback for ``part`` was applied: True if it said the same (``digest``),
+        False if it said something else, None if none was."""
+        if part not in self.parts:
+            return None
+        index = self.parts.index(part)
+        return index >= len(self.digests) or self.digests[index] == digest
 
     def output_value(self) -> JSON:
         """The output as a mapping (parsed from the log's text on first use)."""
@@ -137,7 +148,7 @@ class DecisionRecord:
         return [
             self.version, self.decided_at, self.context_ts, self.deadline,
             output if isinstance(output, str) else output.decode(), self.pending, self.parts,
-            self.settled_by, self.settled_at, self.truth,
+            self.settled_by, self.settled_at, self.truth, self.digests,
         ]
 
     @classmethod

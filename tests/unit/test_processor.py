@@ -88,6 +88,24 @@ def test_redelivered_feedback_is_applied_once(processor: Processor) -> None:
     assert processor.store.learners[LID].stats["feedback"] == 1
 
 
+def test_different_feedback_after_the_applied_one_is_dead_lettered(processor: Processor) -> None:
+    """The same feedback again is a duplicate, whatever its serialisation or ``ts``; feedback
+    that says something else for the same decision (and part) is not silently dropped."""
+    processor.on_context(context("e1"), CONTEXTS, 1.0)
+    processor.on_context(context("e2"), CONTEXTS, 1.0)
+    processor.on_feedback(feedback("e1"), FEEDBACK, 2.0)
+    again = b'{"ts": 5.0, "label": "y0", "event_id": "e1", "learner_id": "shop"}'
+    assert processor.on_feedback(again, FEEDBACK, 2.5).dead_letters == []
+    for other in (feedback("e1", "y1"), feedback("e1", None)):
+        (dead,) = processor.on_feedback(other, FEEDBACK, 3.0).dead_letters
+        assert dead.reason == "contradicting_feedback" and "applied first" in dead.detail
+    tick(processor, 50.0)  # e2 times out: a miss
+    (dead,) = processor.on_feedback(feedback("e2"), FEEDBACK, 51.0).dead_letters
+    assert dead.reason == "decision_expired"
+    stats = processor.store.learners[LID].stats
+    assert sps_n(processor) == 2 and (stats["feedback"], stats["covered"]) == (2, 1), stats
+
+
 def test_early_feedback_is_held_then_applied(processor: Processor) -> None:
     assert processor.on_feedback(feedback("e1"), FEEDBACK, 1.0).dead_letters == []
     assert sps_n(processor) == 0
