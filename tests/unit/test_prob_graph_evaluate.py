@@ -195,12 +195,3 @@ def test_direct_runs_and_report(tmp_path: Path) -> None:
         assert at_50 == pytest.approx(json.loads(rows[49])["regret"])
         assert at_80 == pytest.approx(json.loads(rows[79])["regret"])
     assert (report / "three.png").stat().st_size > 10_000
-
-
-def test_docstring_examples() -> None:
-    import doctest
-
-    from streams.logs import prob_graph as scenario_files
-
-    for module in (evaluation, scenario_files):
-        assert doctest.testmod(module).failed == 0, module.__name__
