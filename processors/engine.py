@@ -363,6 +363,16 @@ class Processor:
             return out
         config = entry.config
         fields = context.model_dump(exclude=ENVELOPE, exclude_none=True)
+        accepted = type(entry.learner).CONTEXT_FIELDS
+        foreign = sorted(name for name in fields if name not in accepted)
+        if foreign:
+            takes = ", ".join(sorted(accepted)) or "no fields beyond the envelope"
+            self._dead(
+                out, "learner_rejected",
+                f"{', '.join(foreign)} is not {config['family']} context (it takes {takes})",
+                raw, source, now, lid, eid,
+            )
+            return out
         try:
             decided = self._call(entry, "decide", fields, LazyGenerator(config["seed"], eid))
         except LEARNER_FAILURES as exc:

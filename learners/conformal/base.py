@@ -43,6 +43,7 @@ class ConformalLearner(Learner):
 
     family: ClassVar[str] = "conformal"
     FEEDBACK_FIELDS: ClassVar[frozenset[str]] = frozenset({"label", "missed"})
+    CONTEXT_FIELDS: ClassVar[frozenset[str]] = frozenset({"labels", "scores"})
 
     @property
     @abstractmethod

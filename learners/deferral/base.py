@@ -151,6 +151,7 @@ class DeferralLearner(Learner):
     FEEDBACK_FIELDS: ClassVar[frozenset[str]] = frozenset(
         {"model_reward", "human_reward", "human_cost"}
     )
+    CONTEXT_FIELDS: ClassVar[frozenset[str]] = frozenset({"features"})
     PARAMS: ClassVar[set[str]] = set()  # the algorithm's own parameters
 
     @classmethod

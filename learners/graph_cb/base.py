@@ -56,6 +56,7 @@ class GraphCBLearner(Learner):
 
     family: ClassVar[str] = "graph_cb"
     FEEDBACK_FIELDS: ClassVar[frozenset[str]] = frozenset({"losses"})
+    CONTEXT_FIELDS: ClassVar[frozenset[str]] = frozenset({"features", "graph"})
     COMMON_PARAMS: ClassVar[set[str]] = {
         "actions", "graph", "graph_kind", "feature_dim", "feature_layout", "update",
         "learning_rate", "ridge", "bias", "oracle", "hidden_size", "oracle_seed",

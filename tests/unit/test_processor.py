@@ -212,7 +212,7 @@ def test_a_rejected_call_costs_the_calls_since_the_last_rejection(processor: Pro
     for i in range(50):
         processor.on_context(context(f"e{i}"), CONTEXTS, 1.0)
     assert len(entry.redo) == 50
-    bad = encode({"learner_id": LID, "event_id": "bad", "features": [1.0]})
+    bad = encode({"learner_id": LID, "event_id": "bad", "labels": [], "scores": []})
     assert reasons(processor.on_context(bad, CONTEXTS, 1.0)) == ["learner_rejected"]
     assert entry.redo == [] and entry.checkpoint == entry.learner.to_state()
     processor.on_context(context("next"), CONTEXTS, 1.0)
