@@ -16,7 +16,8 @@ start-up, and the seconds until it is idle, see ``settle``). Measured:
     (a) and (b) alternate (a, b, a, b, ...) for R rounds, so (b)/(a) is a per-pair ratio;
     (c) and (d) run once per round after the pair;
 (e) latency at a fixed 500 contexts/s, each decision answered with feedback at once: the
-    application's (decision received - context sent) and the worker's (decided_at - ts);
+    application's (decision received - context sent) and the worker's (decided_at - ts),
+    percentiles of each of R runs (the table's median is over the runs);
 (f) memory: the worker's VmRSS before and after 10^4 conformal learners with one context and
     one feedback each;
 (g) state log bytes per decision (with its feedback), from the (b) runs (a backlog: few,
@@ -1112,13 +1113,14 @@ def table(results: dict[str, Any]) -> str:
     phases(f"(c) banditflow, {results['settings']['many_learners']:,} SPS learners", "c")
     phases(f"(d) banditflow, 1 graph_cb learner (K={ACTIONS})", "d")
     lat = results["e"]
-    rate = f"{lat['achieved_rate']:.0f}/s"
+    rate = f"{np.median([run['achieved_rate'] for run in lat]):.0f}/s"
     for who, key in (("application", "app_ms"), ("worker", "worker_ms")):
         label = f"(e) latency at {rate}, {who}"
         metric = ("decision received - context sent (ms)" if who == "application"
                   else "decided_at - context ts (ms)")
-        rows.append((label, f"{metric} p50 / p95 / p99",
-                     [lat[key]["p50"], lat[key]["p95"], lat[key]["p99"]], "triple"))
+        for pct in ("p50", "p95", "p99"):
+            rows.append((label, f"{metric}, {pct} of a run", [run[key][pct] for run in lat],
+                         ".1f"))
     mem = results["f"]
     rows.append((f"(f) memory, {mem['learners']:,} learners", "RSS bytes per learner "
                  "(config + 1 decision + 1 feedback)", [mem["per_learner"]], ",.0f"))
@@ -1127,7 +1129,7 @@ def table(results: dict[str, Any]) -> str:
     rows.append(("(g) state log", "bytes per decision (with feedback), from (b)",
                  [r["state_log_bytes"] / r["events"] for r in results["b"]], ",.0f"))
     rows.append(("(g) state log", f"bytes per decision (with feedback), from (e) at {rate}",
-                 [lat["state_log_bytes_per_decision"]], ",.0f"))
+                 [run["state_log_bytes_per_decision"] for run in lat], ",.0f"))
     for rec in results["h"]:
         label = f"(h) recovery, {rec['learners']:,} learners, {rec['events']:,} events"
         rows.append((label, "kill -> /ready (s)", [rec["kill_to_ready_s"]], ".2f"))
@@ -1174,8 +1176,8 @@ def table(results: dict[str, Any]) -> str:
         "|---|---|---:|---:|---:|---:|",
     ]
     for label, metric, values, fmt in rows:
-        if fmt in ("triple", "slash"):  # several numbers of one run
-            digits = 1 if fmt == "triple" else (2 if any(v % 1 for v in values) else 0)
+        if fmt == "slash":  # several numbers of one run
+            digits = 2 if any(v % 1 for v in values) else 0
             cells = [" / ".join(f"{v:.{digits}f}" for v in values), "", ""]
             count = 1
         else:
@@ -1207,8 +1209,10 @@ async def run_brokered(settings: Settings, run: Run, results: dict[str, Any]) ->
             f"(d) {graph.events_per_s:,.0f}",
             flush=True,
         )
-    results["e"] = await measure_latency(run, settings.latency_rate, settings.latency_s)
-    print(f"latency: {results['e']}", flush=True)
+    results["e"] = []
+    for _ in range(settings.rounds):  # a tail percentile of one run is noisy on 2 shared cores
+        results["e"].append(await measure_latency(run, settings.latency_rate, settings.latency_s))
+        print(f"latency: {results['e'][-1]}", flush=True)
     results["f"] = await measure_memory(run, settings.memory_learners)
     print(f"memory: {results['f']}", flush=True)
     results["j"] = await measure_failover(run, settings.failover_learners, settings.failover_rate)
