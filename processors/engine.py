@@ -43,6 +43,7 @@ from processors.records import (
     Hold,
     HoldKind,
     LearnerEntry,
+    Outcome,
     Published,
     Settled,
     Source,
@@ -195,7 +196,7 @@ class Processor:
             )
         )
         self.sink.dead_lettered(reason)
-        self.sink.processed(source.topic, "dead_lettered")
+        self.sink.processed(source.topic, Outcome.DEAD_LETTERED)
 
     def _parse(
         self, raw: bytes | None, model: type, source: Source, now: float, out: Emitted
@@ -282,7 +283,7 @@ class Processor:
                 # must not match its feedback, so they go with it.
                 store.drop_learner(key)
                 self.sink.forget(key)
-                self.sink.processed(source.topic, "deleted")
+                self.sink.processed(source.topic, Outcome.DELETED)
             return out
         config = self._parse(raw, LearnerConfig, source, now, out)
         if config is None:
@@ -311,11 +312,11 @@ class Processor:
         if old is not None and all(old.config[k] == new_config[k] for k in identity):
             old.config = new_config  # only timeouts changed: keep learning
             store.touch_config(lid)
-            self.sink.processed(source.topic, "updated")
+            self.sink.processed(source.topic, Outcome.UPDATED)
             return out
         version = old.version + 1 if old is not None else 1
         store.put_learner(lid, LearnerEntry(new_config, version, {}, learner))
-        self.sink.processed(source.topic, "created" if old is None else "reconfigured")
+        self.sink.processed(source.topic, Outcome.CREATED if old is None else Outcome.RECONFIGURED)
         if old is None:
             self._release(lid, now, out)
         return out
@@ -359,7 +360,7 @@ class Processor:
         record = store.decision(key)
         if record is not None:
             out.decisions.append(self._decision(lid, eid, entry, record, redelivered=True))
-            self.sink.processed(source.topic, "deduplicated")
+            self.sink.processed(source.topic, Outcome.DEDUPLICATED)
             return out
         config = entry.config
         fields = context.model_dump(exclude=ENVELOPE, exclude_none=True)
@@ -407,11 +408,11 @@ class Processor:
         store.touch_learner(lid)
         store.put_decision(key, record)
         out.decisions.append(decision)
-        self.sink.processed(source.topic, "decided")
+        self.sink.processed(source.topic, Outcome.DECIDED)
         early = store.drop_hold(key)
         if early is not None:
             for item in early.feedback:
-                self.sink.processed(item.source.topic, "released_early_feedback")
+                self.sink.processed(item.source.topic, Outcome.RELEASED_EARLY_FEEDBACK)
                 released = self.on_feedback(
                     item.raw.encode(), item.source, now, hold_if_unknown=False
                 )
@@ -433,7 +434,7 @@ class Processor:
                     Held(_text(raw), source),
                 ),
             )
-        self.sink.processed(source.topic, "held")
+        self.sink.processed(source.topic, Outcome.HELD)
 
     @staticmethod
     def _decision(
@@ -481,7 +482,7 @@ class Processor:
                 + " was applied first; this one is not",
             )
         if applied:
-            self.sink.processed(source.topic, "deduplicated")
+            self.sink.processed(source.topic, Outcome.DEDUPLICATED)
             return out
         if not record.open:
             if record.settled_by is Settled.TIMEOUT:
@@ -521,7 +522,7 @@ class Processor:
             store.settle(key, record, Settled.FEEDBACK, now, self.retention_s)
         else:
             store.touch_decision(key)
-        self.sink.processed(source.topic, "applied")
+        self.sink.processed(source.topic, Outcome.APPLIED)
         self.sink.feedback_applied(lid, max(0.0, self._wall(now) - record.decided_at))
         return out
 
@@ -536,7 +537,7 @@ class Processor:
         # Only the same record again is a duplicate: another with the same part may be the
         # true feedback after a contradicting one (each is judged once the decision exists).
         if hold is not None and any(item.raw == text for item in hold.feedback):
-            self.sink.processed(source.topic, "deduplicated")
+            self.sink.processed(source.topic, Outcome.DEDUPLICATED)
             return
         held = Held(text, source)
         if hold is not None:
@@ -550,7 +551,7 @@ class Processor:
                 else self.unknown_learner_grace_s
             )
             store.put_hold(key, Hold(HoldKind.EARLY, now + grace, [held]))
-        self.sink.processed(source.topic, "held")
+        self.sink.processed(source.topic, Outcome.HELD)
 
     # ------------------------------------------------------------------ truth
     def on_truth(self, raw: bytes, source: Source, now: float) -> Emitted:
@@ -580,7 +581,7 @@ class Processor:
             )
             return out
         if record.truth:
-            self.sink.processed(source.topic, "deduplicated")
+            self.sink.processed(source.topic, Outcome.DEDUPLICATED)
             return out
         config = entry.config
         stats.on_truth(
@@ -593,7 +594,7 @@ class Processor:
         record.truth = True
         store.touch_learner(lid)
         store.touch_decision(key)
-        self.sink.processed(source.topic, "applied")
+        self.sink.processed(source.topic, Outcome.APPLIED)
         return out
 
     # ------------------------------------------------------------------ timers
@@ -643,12 +644,12 @@ class Processor:
     def _expire(self, key: str, record: DecisionRecord, now: float) -> None:
         lid = key.split("/", 1)[0]
         entry = self.store.learners.get(lid)
-        outcome = "expired"
+        outcome = Outcome.EXPIRED
         if entry is not None and record.version == entry.version:
             try:
                 learned: Learned = self._call(entry, "expire", record.pending)
             except LEARNER_FAILURES:  # the learner is unchanged (see _call); still settle
-                outcome = "expire_failed"
+                outcome = Outcome.EXPIRE_FAILED
             else:
                 stats.on_learned(entry.stats, learned.metrics, settled=True)
                 self.store.touch_learner(lid)

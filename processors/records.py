@@ -42,6 +42,23 @@ class Settled(StrEnum):
 SETTLED = {reason.value: reason for reason in Settled}
 
 
+class Outcome(StrEnum):
+    """What handling one record did: the ``outcome`` label of ``banditflow_records_total``."""
+
+    CREATED = "created"  # a config made a new learner
+    RECONFIGURED = "reconfigured"  # ... replaced one (a new version)
+    UPDATED = "updated"  # ... changed only timeouts
+    DELETED = "deleted"  # a tombstone removed one
+    DECIDED = "decided"
+    APPLIED = "applied"  # feedback reached its learner
+    HELD = "held"  # waits for its decision or its learner's config
+    RELEASED_EARLY_FEEDBACK = "released_early_feedback"  # held feedback met its decision
+    DEDUPLICATED = "deduplicated"  # the same record again: nothing to do
+    DEAD_LETTERED = "dead_lettered"
+    EXPIRED = "expired"  # (timer) a decision settled by its timeout rule
+    EXPIRE_FAILED = "expire_failed"  # (timer) ... settled, but its learner refused the rule
+
+
 class HoldKind(StrEnum):
     EARLY = "early"  # feedback waiting for its decision
     AWAITING_LEARNER = "awaiting_learner"  # a context waiting for its learner's config

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from processors.records import Outcome
+
 
 class Sink:
     """Observations from the processors. This base ignores them (offline replay); the
     worker's Prometheus sink overrides every method. Implementations must not raise."""
 
-    def processed(self, topic: str, outcome: str) -> None:
-        """One record of ``topic`` handled with ``outcome`` (decided, applied, deduplicated…)."""
+    def processed(self, topic: str, outcome: Outcome) -> None:
+        """One record of ``topic`` handled with ``outcome``."""
 
     def dead_lettered(self, reason: str) -> None:
         """One record dead-lettered with ``reason``."""

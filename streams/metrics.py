@@ -18,6 +18,7 @@ from prometheus_client import (
     Counter as PromCounter,
 )
 
+from processors.records import Outcome
 from processors.sink import Sink
 
 # The *_created series double every counter and histogram for no use on our dashboards.
@@ -150,7 +151,7 @@ class PrometheusSink(Sink):
 
     # Per-event observations are counted in plain Python and handed to prometheus_client in
     # one pass (flush), at each commit and each scrape: its locks cost more than the counting.
-    def processed(self, topic: str, outcome: str) -> None:
+    def processed(self, topic: str, outcome: Outcome) -> None:
         self._records[topic, outcome] += 1
 
     def dead_lettered(self, reason: str) -> None:
