@@ -11,6 +11,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from learners.conformal.base import target_coverage
+
 Stats = dict[str, float]
 
 # The paper's phi for conformal regret: under-coverage costs lambda1 per unit of miscoverage
@@ -39,7 +41,7 @@ def on_decided(
     add(stats, "decisions")
     if family == "conformal":
         add(stats, "set_size", float(output["set_size"]))
-        target = 1.0 - float(params.get("alpha", 0.9))
+        target = 1.0 - target_coverage(params)
         estimate = summary.get("miscoverage_estimate")
         if estimate is None:
             feedback = stats.get("feedback", 0.0)
@@ -77,7 +79,7 @@ def on_truth(
         if truth.get("miscoverage") is not None:
             target = truth.get("target_miscoverage")
             if target is None:
-                target = 1.0 - float(params.get("alpha", 0.9))
+                target = 1.0 - target_coverage(params)
             add(stats, "regret_exact", conformal_round_regret(truth["miscoverage"], target))
 
 

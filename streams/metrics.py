@@ -30,7 +30,7 @@ LEARNER_LABELS = ("learner_id", "family", "algorithm")
 # summary is exported as banditflow_learner_value{name=...}.
 LEARNER_GAUGES: dict[str, str] = {
     "coverage": "Fraction of settled decisions whose set covered the true label (conformal)",
-    "coverage_target": "Target coverage alpha of the learner (conformal)",
+    "coverage_target": "Target coverage of the learner (conformal)",
     "coverage_exact": "Coverage computed from ground truth (conformal, truth topic)",
     "mean_set_size": "Mean prediction-set size (conformal)",
     "threshold": "Current score threshold tau; -Inf means the full label set (conformal)",

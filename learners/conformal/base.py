@@ -18,11 +18,23 @@ from learners.base import ContradictingFeedback, Decided, Learned, Learner, Lear
 
 
 def target_coverage(params: Mapping[str, Any]) -> float:
-    """The ``alpha`` parameter (target coverage, default 0.9), checked to lie in (0, 1)."""
-    alpha = require(params, "alpha", float, 0.9)
-    if not 0.0 < alpha < 1.0:
-        raise LearnerError(f"parameter 'alpha' (target coverage) must be in (0, 1), got {alpha}")
-    return alpha
+    """The ``target_coverage`` parameter (default 0.9), checked to lie in (0, 1).
+
+    ``alpha`` is its former name, still accepted: in the conformal literature alpha is the
+    miscoverage (a target coverage of 1 - alpha), the reverse of what it meant here.
+
+    >>> target_coverage({"target_coverage": 0.8}), target_coverage({"alpha": 0.8})
+    (0.8, 0.8)
+    """
+    if "alpha" in params and "target_coverage" in params:
+        raise LearnerError("give 'target_coverage' (or its former name 'alpha'), not both")
+    name = "alpha" if "alpha" in params else "target_coverage"
+    coverage = require(params, name, float, 0.9)
+    if not 0.0 < coverage < 1.0:
+        raise LearnerError(
+            f"parameter {name!r} (target coverage) must be in (0, 1), got {coverage}"
+        )
+    return coverage
 
 
 def validate_context(context: Mapping[str, Any]) -> tuple[list[Any], list[float]]:
@@ -44,6 +56,10 @@ class ConformalLearner(Learner):
     family: ClassVar[str] = "conformal"
     FEEDBACK_FIELDS: ClassVar[frozenset[str]] = frozenset({"label", "missed"})
     CONTEXT_FIELDS: ClassVar[frozenset[str]] = frozenset({"labels", "scores"})
+
+    @classmethod
+    def parameters(cls) -> frozenset[str]:
+        return frozenset(cls.PARAMS | {"target_coverage"})
 
     @property
     @abstractmethod

@@ -426,6 +426,15 @@ def test_invalid_config_is_dead_lettered_and_keeps_the_old_learner(processor: Pr
     assert processor.store.learners[LID].version == 1
 
 
+def test_conformal_target_coverage_and_its_former_name_alpha(processor: Processor) -> None:
+    renamed = config(params={"target_coverage": 0.8, "horizon": 200})
+    assert processor.on_config(LID, renamed, CONFIGS, 1.0).dead_letters == []
+    assert processor.store.learners[LID].learner.summary()["coverage_target"] == 0.8
+    both = config(params={"target_coverage": 0.8, "alpha": 0.8, "horizon": 200})
+    (dead,) = processor.on_config(LID, both, CONFIGS, 1.0).dead_letters
+    assert dead.reason == "invalid_config" and "not both" in dead.detail
+
+
 def test_reconfiguring_starts_afresh_and_stale_feedback_is_dead_lettered(
     processor: Processor,
 ) -> None:
