@@ -5,7 +5,9 @@ Each round, with plug-in means ``thetahat``, ``bhat`` and ``Deltahat`` (see
 
 1. warm-up: play ``bestParent(j)`` while some ``O_j < warmup_observations``;        [R]
 2. realisation guard: if some ``O_j < m_j / guard_ratio`` play ``bestParent(j)``;
-3. exploit: if ``m_j >= alpha(t) bhat_j`` for all ``j``, play the empirical best arm;
+3. exploit: if ``m_j >= alpha(t) bhat_j`` for all ``j``, play the empirical best arm, with
+   ``alpha(t) = log(t / log t)`` by default (``alpha_rule``, see below and
+   :func:`exploration_level`);
 4. forced exploration: if some ``m_j < beta(n_e) / K`` play ``bestParent(j)``, ``n_e += 1``
    (also when two arms tie for the best mean, since then ``bhat`` is infinite);
 5. LP: ``c = LP(p, bhat, Deltahat)``; play an arm with ``N_i < c_i alpha(t)``, ``n_e += 1``.
@@ -46,20 +48,28 @@ from ``mc_samples`` live-edge samples per refresh (pooled over refreshes), raise
 except for each arm's most likely parent (so every arm stays observable). It is refreshed when
 ``gamma`` steps down, i.e. at ``t = 1, 2, 4, 8, ...``.
 
-Reconstructed choices [R] and their parameters (spec defaults): ``alpha(t) = alpha_scale *
-log t`` (``alpha_scale=1``), ``beta(n) = beta_a * n ** beta_b`` (0.5, 0.5), the forced-exploration
-test on ``m`` or on observations (``forced_count="m"`` or ``"o"``), the warm-up
-(``warmup_observations=1``), the tie-break LP minimising ``c_i1`` (``tie_break=True``), the guard
-constant (``guard_ratio=2``), the schedule ``gamma0=0.2``. Bernoulli plug-in means are clipped
-to ``[kl_clip, 1 - kl_clip]`` (default 1e-3) so that the divergences stay finite.
+Reconstructed choices [R] and their parameters (spec defaults unless noted): ``alpha(t)``, by
+default ``alpha_scale * (log t - log max(log t, 1))`` (``alpha_rule="log_minus_loglog"``,
+``alpha_scale=1``), which departs from the spec's [R] ``alpha(t) = log t`` (``alpha_rule="log"``,
+the default before issue 16): both are ``log t (1 + o(1))``, so the asymptotic optimality is the
+same, but with ``log t`` the exploit test waits for the slowest of the arms that share the
+same exploration plays, a second-order cost of the order of ``C* log T`` itself at ``T = 10^5``
+(on the report's revealing-action graphs ``log t`` keeps ``lp_policy`` above ``2 C* log T``,
+and even the lower bound's own plan at 1.83x-2.11x); ``beta(n) = beta_a * n ** beta_b``
+(0.5, 0.5), the forced-exploration test on ``m`` or on observations (``forced_count="m"`` or
+``"o"``), the warm-up (``warmup_observations=1``), the tie-break LP minimising ``c_i1``
+(``tie_break=True``), the guard constant (``guard_ratio=2``), the schedule ``gamma0=0.2``.
+Bernoulli plug-in means are clipped to ``[kl_clip, 1 - kl_clip]`` (default 1e-3) so that the
+divergences stay finite.
 
 >>> import numpy as np
 >>> from learners.prob_graph.lp_policy import LPPolicy
 >>> from learners.prob_graph.scenarios import Environment, revealing_action, simulate
->>> scenario = revealing_action([1.0, 0.6, 0.6, 0.6, 0.5], revealer=4)
+>>> scenario = revealing_action([1.0] + [0.6] * 8 + [0.5], revealer=9)
 >>> learner = LPPolicy.from_params(scenario.learner_params())
 >>> regret = simulate(learner, Environment(scenario), horizon=2000, seed=0)
->>> learner.summary()["arm_pulls"][4] > learner.summary()["arm_pulls"][1]  # the revealer
+>>> pulls = learner.summary()["arm_pulls"]
+>>> pulls[9] > max(pulls[1:9])  # the revealer explores, the 0.6-arms are rarely played
 True
 """
 
@@ -80,6 +90,38 @@ LP_CHOICES = ("progress", "reveal", "ratio")
 MAX_MC_SAMPLES = 100_000  # samples per decision's Monte Carlo estimate: its cost is linear
 """Rules for the LP branch's arm among those below their targets (module docstring, step 5)."""
 
+ALPHA_RULES = ("log_minus_loglog", "log")
+"""Forms of the exploration level ``alpha(t)`` (see :func:`exploration_level`)."""
+
+
+def exploration_level(
+    round_index: int, rule: str = "log_minus_loglog", scale: float = 1.0
+) -> float:
+    """``alpha(t)``, the level of the exploit test ``m_j >= alpha(t) bhat_j`` and the LP targets.
+
+    ``rule="log"``: ``scale * log t`` (the spec's [R] default, used before issue 16).
+    ``rule="log_minus_loglog"`` (the default): ``scale * (log t - log max(log t, 1))``, i.e.
+    ``log(t / log t)`` for ``t >= e`` and ``log t`` below (where ``log log t <= 0``). It is
+    continuous, non-decreasing, positive for ``t > 1``, at most ``log t``, and ``alpha(t) / log t
+    -> 1``, so the asymptotic analysis (``limsup R_T / log T <= C*``) is unchanged; at finite
+    ``t`` it is smaller (0.79 ``log t`` at ``t = 10^5``), which removes part of the second-order
+    cost of waiting, in the exploit test, for the slowest of many arms served by the same plays
+    (``docs/results/prob_graph.md``, "Issue 16's target").
+
+    >>> log_t = math.log(100_000)
+    >>> round(exploration_level(100_000), 3), round(log_t - math.log(log_t), 3)
+    (9.069, 9.069)
+    >>> exploration_level(2) == math.log(2), exploration_level(1)
+    (True, 0.0)
+    """
+    log_t = math.log(round_index)
+    if rule == "log":
+        return scale * log_t
+    if rule == "log_minus_loglog":
+        return scale * (log_t - math.log(max(log_t, 1.0)))
+    expected = " or ".join(map(repr, ALPHA_RULES))
+    raise LearnerError(f"parameter 'alpha_rule' must be {expected}, got {rule!r}")
+
 
 def threshold_reachability(estimate: np.ndarray, gamma: float) -> np.ndarray:
     """``estimate`` with entries below ``gamma`` set to 0, keeping each column's largest."""
@@ -93,7 +135,8 @@ def threshold_reachability(estimate: np.ndarray, gamma: float) -> np.ndarray:
 class LPPolicy(ProbGraphLearner):
     """Asymptotically optimal LP-based policy (``algorithm = "lp_policy"``).
 
-    Parameters besides the shared ones: ``alpha_scale``, ``beta_a``, ``beta_b``,
+    Parameters besides the shared ones: ``alpha_rule`` (``"log_minus_loglog"``, default, or
+    ``"log"``, see :func:`exploration_level`), ``alpha_scale``, ``beta_a``, ``beta_b``,
     ``forced_count``, ``guard_ratio``, ``tie_break``, ``lp_choice`` (``"progress"``, default,
     ``"reveal"`` or ``"ratio"``, see step 5), ``lp_tolerance`` (default 0.01),
     ``kl_clip``, and for the cascade case ``mc_samples`` (M, default 500) and ``gamma0``.
@@ -101,6 +144,7 @@ class LPPolicy(ProbGraphLearner):
 
     algorithm: ClassVar[str] = "lp_policy"
     PARAMS: ClassVar[set[str]] = {
+        "alpha_rule",
         "alpha_scale",
         "beta_a",
         "beta_b",
@@ -119,6 +163,7 @@ class LPPolicy(ProbGraphLearner):
         setting: Setting,
         warmup_observations: int,
         *,
+        alpha_rule: str,
         alpha_scale: float,
         beta_a: float,
         beta_b: float,
@@ -132,6 +177,7 @@ class LPPolicy(ProbGraphLearner):
         gamma0: float,
     ) -> None:
         super().__init__(setting, warmup_observations)
+        self.alpha_rule = alpha_rule
         self.alpha_scale = alpha_scale
         self.beta_a = beta_a
         self.beta_b = beta_b
@@ -154,6 +200,7 @@ class LPPolicy(ProbGraphLearner):
     @classmethod
     def parse_options(cls, params: Mapping[str, Any]) -> dict[str, Any]:
         options = {
+            "alpha_rule": params.get("alpha_rule", "log_minus_loglog"),
             "alpha_scale": require(params, "alpha_scale", float, 1.0),
             "beta_a": require(params, "beta_a", float, 0.5),
             "beta_b": require(params, "beta_b", float, 0.5),
@@ -167,6 +214,10 @@ class LPPolicy(ProbGraphLearner):
             "gamma0": require(params, "gamma0", float, 0.2),
         }
         checks = {
+            "alpha_rule": (
+                options["alpha_rule"] in ALPHA_RULES,
+                " or ".join(map(repr, ALPHA_RULES)),
+            ),
             "alpha_scale": (options["alpha_scale"] > 0, "> 0"),
             "beta_a": (0 < options["beta_a"] <= 0.5, "in (0, 0.5]"),
             "beta_b": (0 < options["beta_b"] < 1, "in (0, 1)"),
@@ -221,7 +272,7 @@ class LPPolicy(ProbGraphLearner):
         best, targets, gaps = information_targets(theta, self.setting.rewards)
         pulls = self.plays + self.in_flight
         expected = matrix.T @ pulls
-        alpha = self.alpha_scale * math.log(round_index)
+        alpha = exploration_level(round_index, self.alpha_rule, self.alpha_scale)
         finite = bool(np.all(np.isfinite(targets)))
         if finite and np.all(expected >= alpha * targets):
             return best, "exploit"

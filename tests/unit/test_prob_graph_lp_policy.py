@@ -12,6 +12,7 @@ import pytest
 from learners.base import LearnerError
 from learners.prob_graph import LPPolicy
 from learners.prob_graph.bound import information_targets
+from learners.prob_graph.lp_policy import exploration_level
 
 # Every arm observes itself; arm 2 also reveals arms 0 and 1 with probability 0.9.
 REVEALING: dict[str, Any] = {
@@ -80,9 +81,46 @@ def test_guard_ignores_in_flight_plays_but_targets_count_them() -> None:
     state["decisions"] = 10
     state["open"] = {str(n): [2, []] for n in range(1, 11)}  # ten revealer plays in flight
     learner.load_state(state)
-    # In flight: m = (9, 9, 10) counts for the exploit test (alpha = log 11, b = (2, 2, 0.5)),
+    # In flight: m = (9, 9, 10) counts for the exploit test (alpha(11) < log 11 = 2.4,
+    # b = (2, 2, 0.5)),
     # while the guard, on closed plays only, sees m = 0 and does not fire.
     assert decide(learner)[:2] == (0, "exploit")
+
+
+def test_exploration_level_forms() -> None:
+    for t in (1, 2, 10, 10**5):
+        assert exploration_level(t, "log") == math.log(t)
+        assert exploration_level(t, "log", 0.5) == 0.5 * math.log(t)
+    # log t - log log t where log t >= 1, log t below (log log t <= 0 there): 9.07 at 10^5
+    assert exploration_level(10**5) == pytest.approx(math.log(10**5) - math.log(math.log(10**5)))
+    assert exploration_level(10**5) == pytest.approx(9.069, abs=1e-3)
+    assert exploration_level(2) == math.log(2) and exploration_level(1) == 0.0
+    assert exploration_level(3) == pytest.approx(math.log(3) - math.log(math.log(3)))
+    rounds = np.unique(np.geomspace(1, 10**9, 2000).astype(int))
+    levels = np.array([exploration_level(int(t)) for t in rounds])
+    logs = np.log(rounds)
+    assert np.all(np.diff(levels) >= 0)  # non-decreasing, continuous at t = e
+    assert np.all(levels[1:] > 0) and np.all(levels <= logs + 1e-12)
+    assert exploration_level(10**5) / math.log(10**5) == pytest.approx(0.788, abs=1e-3)
+    # asymptotically log t: the ratio tends to 1 (slowly, like 1 - log log t / log t)
+    ratios = [exploration_level(10**k) / math.log(10**k) for k in (5, 10, 50, 300)]
+    assert ratios == sorted(ratios) and ratios[-1] > 0.99
+    with pytest.raises(LearnerError, match="alpha_rule"):
+        exploration_level(10, "sqrt")
+
+
+def test_exploit_test_uses_the_log_minus_loglog_level_by_default() -> None:
+    # 70 revealer plays at t = 10,001: m = (63, 63, 70), b = (8, 8, 5.6), so the exploit test
+    # needs alpha(t) <= 63 / 8 = 7.9: log t - log log t = 6.99 passes, log t = 9.21 does not.
+    def learner(**params: Any) -> LPPolicy:
+        state_learner = learner_in_state([0, 0, 70], [63, 63, 70], [1.0, 0.5, 0.4], **params)
+        state_learner.load_state({**state_learner.to_state(), "decisions": 10_000})
+        return state_learner
+
+    assert decide(learner())[:2] == (0, "exploit")
+    assert decide(learner(alpha_rule="log_minus_loglog"))[:2] == (0, "exploit")
+    assert decide(learner(alpha_rule="log"))[1] == "lp"
+    assert decide(learner(alpha_rule="log", alpha_scale=0.8))[:2] == (0, "exploit")
 
 
 def test_exploit_when_every_arm_has_enough_expected_observations() -> None:
@@ -117,7 +155,8 @@ def test_tied_best_means_go_to_forced_exploration() -> None:
 
 
 def lp_state(**params: Any) -> LPPolicy:
-    # alpha = log 12, b = (8, 8, 5.6): exploit fails, n_e = 0 so no forced exploration.
+    # alpha(12) = log 12 - log log 12 = 1.58, b = (8, 8, 5.6), m = (9.9, 1.9, 1): exploit fails,
+    # n_e = 0 so no forced exploration.
     return learner_in_state([9, 1, 1], [10, 2, 1], [1.0, 0.5, 0.4], **params)
 
 
@@ -188,7 +227,7 @@ def test_in_flight_decisions_fill_targets_without_overshooting() -> None:
     assert set(branches[:-1]) == {"lp"}
     P = learner.setting.probabilities
     _, targets, _ = information_targets(np.array([1.0, 0.5, 0.4]), "gaussian")
-    alpha = math.log(learner.decisions)
+    alpha = exploration_level(learner.decisions)  # the default alpha(t) of round t
     expected = P.T @ (learner.plays + learner.in_flight)
     assert np.all(expected >= alpha * targets)
     # The LP plays stop at the LP targets c_i alpha(t): no overshoot past the allocation.
@@ -257,6 +296,8 @@ def test_cascade_feedback_may_reveal_reachable_arms() -> None:
         ({"kl_clip": 0.5}, "kl_clip"),
         ({"lp_tolerance": -1.0}, "lp_tolerance"),
         ({"lp_choice": "greedy"}, "lp_choice"),
+        ({"alpha_rule": "sqrt"}, "alpha_rule"),
+        ({"alpha_rule": 1.0}, "alpha_rule"),
         ({"alpha": 1.0}, "unknown parameter"),
     ],
 )
