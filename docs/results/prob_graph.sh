@@ -6,11 +6,14 @@
 #   STEPS=report docs/results/prob_graph.sh   # only re-aggregate existing runs
 #
 # Steps: scenarios (banditflow make-log prob-graph-*), direct (the learners alone, T = 10^5,
-# 10 seeds, every graph), choice (lp_policy with lp_choice=reveal, the old default, and
-# lp_choice=ratio), evaluate (banditflow evaluate: the same rounds through the worker's
-# processors, shorter), report (tables, results.json and PNGs into docs/results/prob_graph/;
-# target.md: issue 16's targets per scenario), floor (the log-t test's cost on the revealing
-# graph with the lower bound's own plan: floor.md).
+# 10 seeds, every graph; LEARNERS="lp_policy" reruns only the LP policy), choice (lp_policy with
+# alpha_rule=log, the spec's alpha(t) = log t and the default before issue 16 part 2, as
+# "lp_log", and with lp_choice=reveal and lp_choice=ratio under the same alpha(t) = log t;
+# CHOICES selects among "log reveal ratio"), evaluate (banditflow evaluate: the same rounds
+# through the worker's processors, shorter), report (tables, results.json and PNGs into
+# docs/results/prob_graph/; target.md: issue 16's targets per scenario), floor (the exploit
+# test's cost on the revealing graph with the lower bound's own plan, for alpha(t) = log t and
+# log t - log log t: floor.md).
 # Raw runs (trajectory.jsonl per run) stay in $WORK; only aggregates are committed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,7 +26,8 @@ JOBS=${JOBS:-2}
 STEPS=${STEPS:-scenarios direct choice evaluate report floor}
 NICE="nice -n 10"
 NAMES="revealing revealing-cascade er er-cascade clique clique-cascade random random-cascade"
-LEARNERS="lp_policy ucb_n thompson"
+LEARNERS=${LEARNERS:-lp_policy ucb_n thompson}
+CHOICES=${CHOICES:-log reveal ratio}
 # Horizons and seeds: every scenario runs the learners alone for T_LONG rounds and SEEDS
 # seeds (one job per run), and for T_EVAL rounds through the worker's processors.
 T_LONG=${T_LONG:-100000}
@@ -60,15 +64,18 @@ if has_step direct; then
 fi
 
 if has_step choice; then
-  # The LP branch's other arm choices, on the six scenarios with C* > 0: lp_choice=reveal (the
-  # default before issue 16: the arm revealing the most short arms) as "lp_reveal", and
-  # lp_choice=ratio (the smallest N_i / target_i) as "lp_ratio".
-  for choice in reveal ratio; do
+  # On the six scenarios with C* > 0, all with alpha(t) = log t (alpha_rule=log): "lp_log",
+  # lp_policy's default before issue 16 part 2 (lp_choice=progress); the LP branch's other arm
+  # choices lp_choice=reveal (the default before issue 16: the arm revealing the most short
+  # arms) as "lp_reveal", and lp_choice=ratio (the smallest N_i / target_i) as "lp_ratio".
+  for choice in $CHOICES; do
     for name in revealing revealing-wide revealing-cascade er clique random; do
       for seed in $(seed_list); do echo "$name lp_policy $seed $T_LONG $choice"; done
     done
-  done | xargs -P "$JOBS" -L 1 bash -c \
-    'simulate "$0" "$1" "$2" "$3" "$WORK/direct" --param lp_choice=\"$4\" --label "lp_$4"'
+  done | xargs -P "$JOBS" -L 1 bash -c '
+    if [ "$4" = log ]; then choice=progress; else choice=$4; fi
+    simulate "$0" "$1" "$2" "$3" "$WORK/direct" --param alpha_rule=\"log\" \
+      --param lp_choice=\"$choice\" --label "lp_$4"'
 fi
 
 if has_step evaluate; then
@@ -83,7 +90,7 @@ fi
 
 if has_step report; then
   $PY -m streams.evaluation.prob_graph report "$WORK/direct" "$OUT/direct" \
-    --learners lp_policy,lp_reveal,lp_ratio,ucb_n,thompson --at "$T_EVAL,10000"
+    --learners lp_policy,lp_log,lp_reveal,lp_ratio,ucb_n,thompson --at "$T_EVAL,10000"
   $PY -m streams.evaluation.prob_graph report "$WORK/evaluate" "$OUT/evaluate"
   # Issue 16's targets: mean R_T <= 2 C* log T and every seed <= 4 C* log T (C* > 0 only).
   $PY - "$OUT/direct/results.json" > "$OUT/direct/target.md" <<'EOF'
@@ -92,7 +99,7 @@ import math
 import sys
 
 results = json.load(open(sys.argv[1]))
-learners = ("lp_policy", "lp_reveal", "lp_ratio")
+learners = ("lp_policy", "lp_log", "lp_reveal", "lp_ratio")
 print("| scenario | C* log T | 2 C* log T | "
       + " | ".join(f"{name}: mean / C* log T, worst seed" for name in learners) + " |")
 print("|---|---|---|" + "---|" * len(learners))
