@@ -85,6 +85,14 @@ class Learner(ABC):
     def decide(self, context: Mapping[str, Any], rng: np.random.Generator) -> Decided:
         """Decide for one context event (family-specific fields, already schema-valid)."""
 
+    @classmethod
+    def feedback_part(cls, feedback: Mapping[str, Any]) -> str:
+        """Which part of a decision's feedback ``feedback`` is: the processors apply each part
+        once and tell a part sent again from a different feedback for it. Its ``part`` field;
+        families whose feedback may come in several events without one say it from the
+        payload."""
+        return str(feedback.get("part") or "")
+
     @abstractmethod
     def learn(self, pending: Mapping[str, Any], feedback: Mapping[str, Any]) -> Learned:
         """Incorporate one feedback event for a decision made by ``decide``."""

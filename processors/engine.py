@@ -129,11 +129,11 @@ class LazyGenerator:
         return getattr(self._generator, name)
 
 
-def feedback_digest(feedback: Feedback) -> str:
-    """What a feedback says, as a short digest: equal for the same feedback sent again (also
-    re-serialised, or with another ``ts``), different for a feedback that says otherwise."""
-    said = feedback.model_dump(exclude={"ts", "schema_version"}, exclude_none=True)
-    text = orjson.dumps(said, option=orjson.OPT_SORT_KEYS)
+def feedback_digest(fields: dict[str, Any]) -> str:
+    """What a feedback's ``fields`` (its payload and part) say, as a short digest: equal for
+    the same feedback sent again (also re-serialised, or with another ``ts``), different for a
+    feedback that says otherwise."""
+    text = orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)
     return hashlib.blake2b(text, digest_size=8).hexdigest()
 
 
@@ -342,7 +342,7 @@ class Processor:
             except Exception as exc:  # one held context must not cost the others theirs
                 log.exception("internal error deciding a held context of %r", learner_id)
                 self._dead(out, "internal_error", f"{type(exc).__name__}: {exc}", raw,
-                           context.source, now, learner_id)
+                           context.source, now, learner_id, key.split("/", 1)[1])
 
     # ------------------------------------------------------------------ context
     def on_context(self, raw: bytes, source: Source, now: float) -> Emitted:
@@ -462,7 +462,6 @@ class Processor:
 
         store = self.store
         key = decision_key(lid, eid)
-        part = feedback.part or ""
         record = store.decision(key)
         if record is None:
             if not hold_if_unknown:
@@ -473,7 +472,9 @@ class Processor:
         if entry is None:  # unreachable while deleting a learner drops its decisions
             self._unknown_learner(out, raw, source, now, lid, eid)
             return out
-        digest = feedback_digest(feedback)
+        fields = feedback.model_dump(exclude=ENVELOPE, exclude_none=True)
+        part = type(entry.learner).feedback_part(fields)
+        digest = feedback_digest(fields)
         applied = record.applied(part, digest)
         if applied is False:
             return dead(
@@ -501,7 +502,6 @@ class Processor:
                 f"decided by learner version {record.version}, which has since been "
                 f"reconfigured to version {entry.version}",
             )
-        fields = feedback.model_dump(exclude=ENVELOPE, exclude_none=True)
         accepted = type(entry.learner).FEEDBACK_FIELDS
         foreign = sorted(name for name in fields if name not in accepted and name != "part")
         if foreign:
@@ -517,7 +517,7 @@ class Processor:
         stats.on_learned(entry.stats, learned.metrics, settled=learned.done)
         store.touch_learner(lid)
         record.parts.append(part)
-        record.digests.append(digest)
+        record.digests[part] = digest
         if learned.done:
             store.settle(key, record, Settled.FEEDBACK, now, self.retention_s)
         else:

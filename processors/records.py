@@ -138,9 +138,9 @@ class DecisionRecord:
     settled_by: Settled | None = None
     settled_at: float | None = None
     truth: bool = False
-    # digests[i]: what the feedback of parts[i] said (feedback_digest), to tell the same
-    # feedback sent again from a different one for the same part
-    digests: list[str] = field(default_factory=list)
+    # part -> what its feedback said (feedback_digest), to tell the same feedback sent again
+    # from a different one for the same part (records of older logs have none: a duplicate)
+    digests: dict[str, str] = field(default_factory=dict)
 
     @property
     def open(self) -> bool:
@@ -151,8 +151,7 @@ class DecisionRecord:
         False if it said something else, None if none was."""
         if part not in self.parts:
             return None
-        index = self.parts.index(part)
-        return index >= len(self.digests) or self.digests[index] == digest
+        return self.digests.get(part, digest) == digest
 
     def output_value(self) -> JSON:
         """The output as a mapping (parsed from the log's text on first use)."""

@@ -93,8 +93,9 @@ class Settings:
         dim = require(params, "dim", int)
         if dim < 1:
             raise LearnerError(f"parameter 'dim' must be >= 1, got {dim}")
-        # two arms, each a dim x dim matrix besides its estimate
-        check_state_size(2 * dim * (dim + 1), f"parameter 'dim' = {dim}")
+        # up to five estimates (model, human, cost; a logistic link keeps its own), each a
+        # dim x dim matrix and a vector
+        check_state_size(5 * dim * (dim + 1), f"parameter 'dim' = {dim}")
         budget = require(params, "budget", float)
         if budget <= 0.0:
             raise LearnerError(f"parameter 'budget' (B per period) must be > 0, got {budget}")
@@ -264,6 +265,15 @@ class DeferralLearner(Learner):
                 "'human_reward' with 'human_cost' (the human part)"
             )
         return parts
+
+    @classmethod
+    def feedback_part(cls, feedback: Mapping[str, Any]) -> str:
+        """``model``, ``human`` or ``human+model`` (an event carrying both), read from the
+        payload when ``part`` is absent."""
+        try:
+            return "+".join(sorted(cls.feedback_parts_of(feedback)))
+        except LearnerError:  # no part at all: ``learn`` refuses it
+            return ""
 
     def learn(self, pending: Mapping[str, Any], feedback: Mapping[str, Any]) -> Learned:
         parts = self.feedback_parts_of(feedback)

@@ -146,6 +146,8 @@ class NeuralLinear(UCB):
         for name in ("hidden_size", "window", "retrain_every", "train_steps", "batch_size"):
             if values[name] < 1:
                 raise LearnerError(f"parameter {name!r} must be >= 1, got {values[name]}")
+        if values["seed"] < 0:  # numpy's generators take no negative seed
+            raise LearnerError(f"parameter 'seed' must be >= 0, got {values['seed']}")
         dim, hidden = settings.dim, values["hidden_size"]
         # three networks, and two histories of ``window`` rows
         check_state_size(

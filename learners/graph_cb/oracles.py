@@ -269,6 +269,8 @@ class NeuralOracle:
         )
         if learning_rate <= 0.0:
             raise LearnerError("parameter 'learning_rate' must be positive")
+        if seed < 0:
+            raise LearnerError(f"parameter 'oracle_seed' must be >= 0, got {seed}")
         self.torch = torch
         self.actions = actions
         self.feature_dim = feature_dim

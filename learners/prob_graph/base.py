@@ -5,7 +5,7 @@ Every algorithm only chooses the next arm (``select``); deciding, the warm-up, a
 
 Event contract:
 
-- context: no fields are needed (one learner per segment key); any context is accepted.
+- context: no fields (one learner per segment key); a context carrying any is refused.
 - decision ``output``: ``{"arm": i, "branch": name}``; ``pending``: ``{"decision": n, "arm": i}``
   where ``n`` numbers the learner's decisions.
 - feedback: ``{"rewards": {"<arm>": reward, ...}, "complete": bool}`` with the rewards of the
@@ -168,6 +168,16 @@ class ProbGraphLearner(Learner):
             output={"arm": arm, "branch": branch},
             pending={"decision": self.decisions, "arm": arm},
         )
+
+    @classmethod
+    def feedback_part(cls, feedback: Mapping[str, Any]) -> str:
+        """Without ``part``, a partial feedback is told by the arms it reveals and whether it
+        completes the decision."""
+        if feedback.get("part"):
+            return str(feedback["part"])
+        rewards = feedback.get("rewards")
+        arms = sorted(map(str, rewards)) if isinstance(rewards, Mapping) else []
+        return f"arms {','.join(arms)}; complete {feedback.get('complete', True)}"
 
     def learn(self, pending: Mapping[str, Any], feedback: Mapping[str, Any]) -> Learned:
         rewards = parse_rewards(feedback, self.arms, self.setting.rewards == "bernoulli")

@@ -87,8 +87,12 @@ from learners.prob_graph.bound import information_targets, solve_lp
 from learners.prob_graph.graph import Setting, sample_reach_counts
 
 LP_CHOICES = ("progress", "reveal", "ratio")
-MAX_MC_SAMPLES = 100_000  # samples per decision's Monte Carlo estimate: its cost is linear
 """Rules for the LP branch's arm among those below their targets (module docstring, step 5)."""
+
+MAX_MC_SAMPLES = 100_000  # live-edge samples per refresh of the cascade's reachability
+# A refresh costs about mc_samples * K^3 steps (a transitive closure per sample): 5e8 is a
+# few seconds (K = 100 at the default 500 samples), the most one decision may take.
+MAX_CASCADE_WORK = 5e8
 
 ALPHA_RULES = ("log_minus_loglog", "log")
 """Forms of the exploration level ``alpha(t)`` (see :func:`exploration_level`)."""
@@ -177,6 +181,12 @@ class LPPolicy(ProbGraphLearner):
         gamma0: float,
     ) -> None:
         super().__init__(setting, warmup_observations)
+        if setting.case == "cascade" and mc_samples * setting.arms**3 > MAX_CASCADE_WORK:
+            raise LearnerError(
+                f"the cascade case with {setting.arms} arms and mc_samples = {mc_samples} would "
+                f"take about {mc_samples * setting.arms**3:.1e} steps per reachability refresh "
+                f"(at most {MAX_CASCADE_WORK:.0e}): use fewer arms or samples"
+            )
         self.alpha_rule = alpha_rule
         self.alpha_scale = alpha_scale
         self.beta_a = beta_a

@@ -360,6 +360,13 @@ def test_integers_beyond_64_bits_are_refused_by_the_schema(processor: Processor)
         ("deferral", "ucb", {"dim": 2, "budget": 0.3, "horizon": 10**19}, "at most"),
         ("prob_graph", "lp_policy", {"arms": 30_000, "edges": [[0, 1, 1.0]]}, "numbers"),
         ("prob_graph", "lp_policy",
+         {"arms": 200, "edges": [[i, (i + 1) % 200, 0.5] for i in range(200)],
+          "case": "cascade"}, "steps per reachability refresh"),
+        ("deferral", "neural_linear", {"dim": 2, "budget": 0.3, "c_max": 0.3, "horizon": 100,
+                                       "seed": -1}, "'seed' must be >= 0"),
+        ("graph_cb", "squarecb_g", {"actions": 3, "feature_dim": 2, "graph_kind": "full",
+                                    "oracle": "neural", "oracle_seed": -1}, "'oracle_seed'"),
+        ("prob_graph", "lp_policy",
          {"arms": 2, "edges": [[0, 1, 1.0], [1, 0, 1.0]], "warmup_observations": 10**18},
          "at most"),
     ],
@@ -500,6 +507,60 @@ def test_multi_part_feedback_reaches_the_learner_with_its_part() -> None:
     assert p.store.decisions[f"d/{eid}"].settled_by is Settled.FEEDBACK
     assert p.store.decisions[f"d/{eid}"].parts == ["model", "human"]
     assert p.store.learners["d"].stats["feedback"] == 1
+
+
+@pytest.mark.parametrize("with_part", [True, False])
+def test_deferral_parts_with_or_without_part_field(with_part: bool) -> None:
+    """Without ``part`` the family reads it from the payload: the model part and the human
+    part are two parts, each applied once; a different model reward after the first is
+    contradicting. A decision read from an older state log (no digests) keeps deduplicating."""
+    p = Processor()
+    p.on_config("d", encode({"learner_id": "d", "family": "deferral", "algorithm": "ucb",
+                             "params": {"dim": 2, "budget": 5.0, "horizon": 100, "warmup": 20}}),
+                 CONFIGS, 0.0)
+    decided = []
+    for i in range(30):
+        body = {"learner_id": "d", "event_id": f"e{i}", "features": [0.6, 0.8]}
+        decided += p.on_context(encode(body), CONTEXTS, float(i)).decisions
+    eid = next(d.event_id for d in decided if d.output["defer"])
+
+    def send(part: str, **payload: float) -> list[str]:
+        body: dict[str, Any] = {"learner_id": "d", "event_id": eid, **payload}
+        if with_part:
+            body["part"] = part
+        return reasons(p.on_feedback(encode(body), FEEDBACK, 40.0))
+
+    assert send("model", model_reward=0.4) == []
+    key = f"d/{eid}"
+    old = DecisionRecord.from_json(p.store.decisions[key].to_json()[:10])  # an older log's
+    p.store.decisions[key] = old
+    assert old.digests == {} and send("model", model_reward=0.4) == []  # a duplicate
+    assert send("human", human_reward=0.9, human_cost=0.5) == []
+    assert p.store.decisions[key].settled_by is Settled.FEEDBACK
+    assert send("model", model_reward=0.4) == [] and send("human", human_reward=0.9,
+                                                          human_cost=0.5) == []
+    assert send("human", human_reward=0.1, human_cost=0.5) == ["contradicting_feedback"]
+
+
+def test_prob_graph_partial_feedback_without_part() -> None:
+    """prob_graph feedback may come in several events: without ``part`` each is told by the
+    arms it reveals and whether it completes the decision."""
+    p = Processor()
+    edges = [[i, j, 1.0] for i in range(3) for j in range(3)]
+    p.on_config("g", encode({"learner_id": "g", "family": "prob_graph", "algorithm": "ucb_n",
+                             "params": {"arms": 3, "edges": edges}}), CONFIGS, 0.0)
+    p.on_context(encode({"learner_id": "g", "event_id": "e"}), CONTEXTS, 1.0)
+
+    def send(rewards: dict[str, float], complete: bool) -> list[str]:
+        body = {"learner_id": "g", "event_id": "e", "rewards": rewards, "complete": complete}
+        return reasons(p.on_feedback(encode(body), FEEDBACK, 2.0))
+
+    assert send({"0": 0.5}, False) == [] and send({"0": 0.5}, False) == []
+    assert send({"0": 0.9}, False) == ["contradicting_feedback"]
+    assert p.store.decisions["g/e"].open
+    assert send({"1": 0.2, "2": 0.3}, True) == []
+    assert not p.store.decisions["g/e"].open
+    assert p.store.learners["g"].learner.to_state()["observations"] == [1, 1, 1]
 
 
 def test_deferral_regret_against_opt_from_truth() -> None:
