@@ -355,7 +355,9 @@ class PartitionLog:
         # (A snapshot of no keys, a new partition's first, says nothing about bytes per key:
         # scaling by it kept a growing log from ever being snapshotted again.)
         state = self.snapshot_bytes * keys / self.snapshot_keys if self.snapshot_keys else 0.0
-        if self.snapshot_bytes + since > max(SNAPSHOT_MIN_BYTES, SNAPSHOT_RATIO * state):
+        # (``since`` counts from the snapshot's first byte, so it holds the snapshot already:
+        # adding snapshot_bytes again made every commit after a snapshot start the next one.)
+        if since > max(SNAPSHOT_MIN_BYTES, SNAPSHOT_RATIO * state):
             return True
         return time.time() - self.snapshot_taken >= SNAPSHOT_MAX_AGE_S
 
