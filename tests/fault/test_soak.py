@@ -47,6 +47,7 @@ from _integration_fixtures import decisions_consumer  # loaded by tests/fault/co
 from aiokafka import AIOKafkaProducer
 from test_corpus import growth, metric
 
+from streams.broker import EmbeddedBroker
 from streams.evaluation.graph_cb import reveal
 from streams.scrape import samples
 from streams.simulators import GaussianScores
@@ -183,9 +184,10 @@ def rss_mb(pid: int) -> float | None:
     return int(match.group(1)) / 1024 if match else None
 
 
-async def drive(bootstrap: str, worker: Any, ids: dict[str, str]) -> Run:
+async def drive(broker: EmbeddedBroker, worker: Any, ids: dict[str, str]) -> Run:
     """Run the load for SECONDS, then until every context is decided and every decision
     settled; sample the worker every second throughout."""
+    bootstrap = broker.bootstrap
     topics: Topics = worker.topics
     rng = np.random.default_rng(SEED)
     traffic = Traffic(rng, ids)
@@ -281,12 +283,16 @@ async def drive(bootstrap: str, worker: Any, ids: dict[str, str]) -> Run:
                 "loading": loading,
                 "alive": worker.process.poll() is None,
                 "rss_mb": rss_mb(worker.process.pid),
+                # (the embedded broker keeps every record in memory, the state log's too)
+                "broker_rss_mb": rss_mb(broker.process.pid) if broker.process else None,
                 "sent": run.sent["contexts"],
                 "decided": run.decided,
                 "lag": run.sent["contexts"] - run.decided,
                 "worker_lag": sent_contexts - handled if text else None,
                 "open_decisions": metric(text, "banditflow_pending_decisions") if text else None,
                 "state_keys": metric(text, "banditflow_state_keys") if text else None,
+                "state_log_mb": (metric(text, "banditflow_state_log_bytes_total") / 2**20
+                                 if text else None),
                 "decisions_per_s": round((run.decided - last_decided) / max(t - last_t, 1e-3),
                                          1),
             })
@@ -343,6 +349,14 @@ def windows(run: Run, seconds: float) -> list[dict[str, float]]:
     return out
 
 
+def per_second(series: list[dict[str, Any]], key: str, start: float, end: float) -> float | None:
+    """How fast the counter ``key`` of the samples rose between ``start`` and ``end``."""
+    points = [(s["t"], s[key]) for s in series if start <= s["t"] <= end and s[key] is not None]
+    if len(points) < 2 or points[-1][0] <= points[0][0]:
+        return None
+    return round((points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0]), 3)
+
+
 def plot(path: Path, series: list[dict[str, Any]], latency: list[dict[str, float]],
          fit: tuple[float, float, float], seconds: float) -> None:
     """RSS, latency p50/p99 and lag over time, in three panels."""
@@ -397,7 +411,7 @@ def test_soak_fixed_load(broker, start_worker, read_topic) -> None:
             await asyncio.sleep(0.2)
 
     asyncio.run(asyncio.wait_for(create(), 30))
-    run = asyncio.run(drive(broker.bootstrap, worker, ids))
+    run = asyncio.run(drive(broker, worker, ids))
     seconds = run.end - run.start
 
     # ------------------------------------------------------------------ outcomes
@@ -467,6 +481,11 @@ def test_soak_fixed_load(broker, start_worker, read_topic) -> None:
                 "bound": RATE * LAG_BOUND_S},
         "decisions_per_s": {"mean": round(float(np.mean(steady)), 1),
                             "min": min(steady), "max": max(steady)},
+        "state_log_mb_per_s": {
+            "first_window": per_second(loaded, "state_log_mb", 0.0, WINDOW_S),
+            "last_window": per_second(loaded, "state_log_mb", seconds - WINDOW_S, seconds)},
+        "broker_rss_mb": {"start": loaded[0]["broker_rss_mb"] if loaded else None,
+                          "end": loaded[-1]["broker_rss_mb"] if loaded else None},
         "outcomes": outcomes,
     }
     OUT.mkdir(parents=True, exist_ok=True)
