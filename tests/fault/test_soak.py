@@ -43,7 +43,7 @@ from typing import Any
 import matplotlib
 import numpy as np
 import pytest
-from _integration_fixtures import decisions_consumer  # loaded by tests/fault/conftest.py
+from _integration_fixtures import Worker, decisions_consumer  # loaded by tests/fault/conftest.py
 from aiokafka import AIOKafkaProducer
 from test_corpus import growth, metric
 
@@ -51,7 +51,7 @@ from streams.broker import EmbeddedBroker
 from streams.evaluation.graph_cb import reveal
 from streams.scrape import samples
 from streams.simulators import GaussianScores
-from streams.topics import Topics, partition_for
+from streams.topics import partition_for
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -184,11 +184,11 @@ def rss_mb(pid: int) -> float | None:
     return int(match.group(1)) / 1024 if match else None
 
 
-async def drive(broker: EmbeddedBroker, worker: Any, ids: dict[str, str]) -> Run:
+async def drive(broker: EmbeddedBroker, worker: Worker, ids: dict[str, str]) -> Run:
     """Run the load for SECONDS, then until every context is decided and every decision
     settled; sample the worker every second throughout."""
     bootstrap = broker.bootstrap
-    topics: Topics = worker.topics
+    topics = worker.topics
     rng = np.random.default_rng(SEED)
     traffic = Traffic(rng, ids)
     run = Run()
