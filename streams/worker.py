@@ -226,6 +226,43 @@ def preload_families() -> None:
             algorithms(family)
 
 
+class FetchWait:
+    """How long a fetch may wait for records: the configured wait, doubled (up to ``CAP_MS``)
+    while no records come although the partitions have unread ones, and halved back towards
+    the configured wait every ``PROBE_S`` once records flow again.
+
+    A broker that needs longer than the wait to read a partition answers every fetch with
+    nothing, and a worker that keeps asking the same way never reads again: the embedded
+    broker (Tansu 0.6.0) does so once a partition holds some 40,000 record batches with a
+    20 ms wait (found by the soak test, reproduced without a worker: docs/results/soak.md).
+    """
+
+    CAP_MS = 2000
+    PROBE_S = 30.0
+
+    def __init__(self, configured_ms: int) -> None:
+        self.configured_ms = configured_ms
+        self.current_ms = configured_ms
+        self.last_records = time.monotonic()
+        self.changed = time.monotonic()
+
+    def fetched(self, now: float, records: bool, behind: bool) -> int | None:
+        """After a poll: the new wait in ms if it changes, else None."""
+        if records:
+            self.last_records = now
+            if self.current_ms > self.configured_ms and now - self.changed >= self.PROBE_S:
+                return self._set(max(self.configured_ms, self.current_ms // 2), now)
+            return None
+        starved = now - max(self.last_records, self.changed) > 3 * self.current_ms / 1000
+        if behind and starved and self.current_ms < self.CAP_MS:
+            return self._set(min(self.CAP_MS, 2 * self.current_ms), now)
+        return None
+
+    def _set(self, wait_ms: int, now: float) -> int:
+        self.current_ms, self.changed = wait_ms, now
+        return wait_ms
+
+
 class Throttle:
     """At most one log line every ``every_s`` seconds; says how many were left out."""
 
@@ -340,6 +377,7 @@ class Worker:
         self._waiting_events = 0
         self._unfinished: list[Cut] = []  # a commit that failed halfway, to take up again
         self._last_offset_commit = 0.0
+        self.fetch_wait = FetchWait(settings.fetch_wait_ms)
         self.consumer: AIOKafkaConsumer
         self.producer: AIOKafkaProducer
         self.reader: AIOKafkaConsumer
@@ -493,6 +531,7 @@ class Worker:
             fetched = await consumer.getmany(
                 timeout_ms=100, max_records=self.settings.max_batch_events
             )
+            self._adapt_fetch_wait(bool(fetched))
             if not fetched:
                 continue
             self.broker_heard = time.monotonic()
@@ -509,6 +548,18 @@ class Worker:
             if self._waiting_events >= self.settings.max_batch_events:
                 self._commit_wanted.set()
         stop.cancel()
+
+    def _adapt_fetch_wait(self, records: bool) -> None:
+        behind = not records and any(
+            not all(self._caught_up(part).values())
+            for part in self.partitions.values() if part.active
+        )
+        wait_ms = self.fetch_wait.fetched(time.monotonic(), records, behind)
+        if wait_ms is not None:
+            # aiokafka reads the wait from its fetcher for every request it builds
+            self.consumer._fetcher._fetch_max_wait_ms = wait_ms
+            log.warning("fetch wait now %d ms (%s)", wait_ms,
+                        "records wait unread" if behind else "records flow again")
 
     # ------------------------------------------------------------------ commits
     async def _commit_loop(self) -> None:

@@ -23,3 +23,7 @@ wait_until = _MODULE.wait_until
 state_of = _MODULE.state_of
 Worker = _MODULE.Worker
 TopicReader = _MODULE.TopicReader
+# (and the helpers the integration tests import as ``from conftest import ...``: which
+# conftest module that name finds depends on the order pytest loaded them)
+is_ready = _MODULE.is_ready
+decisions_consumer = _MODULE.decisions_consumer
