@@ -234,7 +234,7 @@ class FetchWait:
     A broker that needs longer than the wait to read a partition answers every fetch with
     nothing, and a worker that keeps asking the same way never reads again: the embedded
     broker (Tansu 0.6.0) does so once a partition holds some 40,000 record batches with a
-    20 ms wait (found by the soak test, reproduced without a worker: docs/results/soak.md).
+    20 ms wait (found by the soak test; tests/fault/test_fetch_wait.py names it).
     """
 
     CAP_MS = 2000
