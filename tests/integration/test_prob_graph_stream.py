@@ -89,10 +89,11 @@ def test_partial_feedback_complete_marker_timeout_dedupe_and_arm_pulls(
                 break
         else:
             send(topics.feedback, feedback(eid, part="end", complete=True))
-    # Re-delivered feedback: a partial part and the complete marker of c0 again.
-    first = sorted(environment.reveal(arms["c0"], np.random.default_rng(1)).items())
+    # Re-delivered feedback: a partial part and the complete marker of c0 again (the same
+    # records: a part sent again with other rewards would be contradicting_feedback).
+    c0 = sorted(Environment(SCENARIO).reveal(arms["c0"], np.random.default_rng(0)).items())
     send(topics.feedback, feedback("c0", part="p0", complete=False,
-                                   rewards={str(j): r for j, r in first[:1]}))
+                                   rewards={str(j): r for j, r in c0[: len(c0) // 2]}))
     send(topics.feedback, feedback("c0", part="end", complete=True))
     producer.flush()
 
