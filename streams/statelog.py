@@ -31,13 +31,14 @@ a record acknowledged at another offset means someone else wrote, and the writer
 the partition until it has read the log again (``PartitionLog.acked``).
 
 **Tansu.** ListOffsets on the embedded broker answers the last *batch*'s base offset + 1 rather
-than the last record's offset + 1 (tests/integration/test_statelog_broker.py names this). The
+than the last record's offset + 1 (tests/integration/test_state_layer.py names this). The
 reader never needs that number to be exact: any record of the last batch names a complete
 snapshot, and reading ends at the Fetch high watermark, which is right.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Iterable
@@ -51,6 +52,9 @@ from aiokafka.errors import OffsetOutOfRangeError
 
 from learners.base import JSON
 from processors.store import Changes, PartitionStore
+from streams.fetch_wait import FetchWait, set_fetch_wait
+
+log = logging.getLogger("banditflow.statelog")
 
 FORMAT_VERSION = 2
 # zstd at level 1: on commits of this log, a fifth smaller than zlib at level 1, three times
@@ -404,6 +408,7 @@ async def read_partitions(
     poll_ms: int = 200,
     *,
     fresh_if_lost: bool = False,
+    fetch_wait_ms: int = 20,
 ) -> dict[int, LogReader]:
     """Read each partition's state log from its latest complete snapshot to its end.
 
@@ -411,32 +416,50 @@ async def read_partitions(
     the broker's retention removed must fail loudly (``StateLogLost``), not silently start
     later; with ``fresh_if_lost`` such a partition starts empty instead, after what its log
     holds now.
+
+    A recovery is on the path of every restart and failover, and it seeks: a fetch already
+    waiting at the old position holds the next one back for up to its wait (aiokafka's 500 ms
+    default cost every recovery about 0.6 s). So fetches wait ``fetch_wait_ms``, longer only
+    while a broker answers them with nothing (:class:`FetchWait`), and a partition is fetched
+    only while it is being read.
     """
     tps = [TopicPartition(topic, p) for p in partitions]
     consumer.assign(tps)
     readers = {p: LogReader() for p in partitions}
     if not tps:
         return readers
+    # A position at once, and paused: else the fetcher asks for a position reset, which
+    # auto_offset_reset="none" refuses, and backs off for 100 ms before any fetch.
+    for tp in tps:
+        consumer.seek(tp, 0)
+    consumer.pause(*tps)
+    waits = FetchWait(fetch_wait_ms)
+    set_fetch_wait(consumer, fetch_wait_ms)
     ends = await consumer.end_offsets(tps)
     starts: dict[TopicPartition, int | None] = {}
     for tp in tps:
         if ends[tp] > 0:
+            consumer.resume(tp)
             try:
-                starts[tp] = await _snapshot_pointer(consumer, topic, tp, ends[tp], poll_ms)
+                starts[tp] = await _snapshot_pointer(
+                    consumer, topic, tp, ends[tp], poll_ms, waits
+                )
             except StateLogLost as lost:
                 if not fresh_if_lost:
                     raise
                 readers[tp.partition].end_offset = lost.end_offset or 0
+            finally:
+                consumer.pause(tp)
     pending = [tp for tp in tps if tp in starts]  # (an empty log: a fresh partition)
     beginnings = await consumer.beginning_offsets(pending) if pending else {}
     for tp in pending:
-        # (seek() at once: seek_to_beginning() races with the reset that assign() started)
         start = starts[tp]
         consumer.seek(tp, beginnings[tp] if start is None else start)
+    consumer.resume(*pending)
     first = {tp: starts[tp] for tp in pending}
     while pending:
         try:
-            fetched = await consumer.getmany(*pending, timeout_ms=poll_ms, max_records=10_000)
+            fetched = await _fetch(consumer, pending, poll_ms, waits)
         except OffsetOutOfRangeError as exc:
             raise StateLogError(
                 f"{topic}: records were removed while being read ({exc}); reading again"
@@ -455,6 +478,7 @@ async def read_partitions(
                 readers[tp.partition] = LogReader()
                 readers[tp.partition].end_offset = consumer.highwater(tp) or 0
                 pending.remove(tp)
+                consumer.pause(tp)
                 continue
             for record in records:
                 reader.feed(record.offset, record.key, record.value)
@@ -462,6 +486,7 @@ async def read_partitions(
             highwater = consumer.highwater(tp)
             if highwater is not None and await consumer.position(tp) >= highwater:
                 pending.remove(tp)
+                consumer.pause(tp)
     consumer.unsubscribe()
     return readers
 
@@ -477,8 +502,26 @@ def snapshot_named_last(records: Iterable[tuple[int, bytes]]) -> tuple[bool, int
     return found, pointer
 
 
+async def _fetch(
+    consumer: AIOKafkaConsumer, tps: list[TopicPartition], poll_ms: int, waits: FetchWait
+) -> dict[TopicPartition, list[Any]]:
+    """One poll of ``tps``, each with records left to read; their fetch wait adapts."""
+    fetched = await consumer.getmany(*tps, timeout_ms=poll_ms, max_records=10_000)
+    wait_ms = waits.fetched(time.monotonic(), any(fetched.values()), behind=True)
+    if wait_ms is not None:
+        set_fetch_wait(consumer, wait_ms)
+        log.warning("state log reader: fetch wait now %d ms (the broker answers nothing)",
+                    wait_ms)
+    return fetched
+
+
 async def _snapshot_pointer(
-    consumer: AIOKafkaConsumer, topic: str, tp: TopicPartition, end: int, poll_ms: int
+    consumer: AIOKafkaConsumer,
+    topic: str,
+    tp: TopicPartition,
+    end: int,
+    poll_ms: int,
+    waits: FetchWait,
 ) -> int | None:
     """Where the latest complete snapshot starts (None: the log has none yet), as the last
     record that landed where its writer expected names it. A failed writer's records at
@@ -492,7 +535,7 @@ async def _snapshot_pointer(
         window_records: list[tuple[int, bytes]] = []
         while True:
             try:
-                fetched = await consumer.getmany(tp, timeout_ms=poll_ms, max_records=10_000)
+                fetched = await _fetch(consumer, [tp], poll_ms, waits)
             except OffsetOutOfRangeError as exc:
                 raise StateLogError(
                     f"{topic}[{tp.partition}]: records were removed while being read ({exc}); "

@@ -47,6 +47,7 @@ from learners.registry import FAMILIES, algorithms
 from processors import Emitted, PartitionStore, Processor, Source, StreamTimes
 from processors.store import Changes
 from schemas import DeadLetter, Limits
+from streams.fetch_wait import FetchWait, set_fetch_wait
 from streams.metrics import CONTENT_TYPE, PrometheusSink
 from streams.statelog import (
     LogReader,
@@ -226,43 +227,6 @@ def preload_families() -> None:
             algorithms(family)
 
 
-class FetchWait:
-    """How long a fetch may wait for records: the configured wait, doubled (up to ``CAP_MS``)
-    while no records come although the partitions have unread ones, and halved back towards
-    the configured wait every ``PROBE_S`` once records flow again.
-
-    A broker that needs longer than the wait to read a partition answers every fetch with
-    nothing, and a worker that keeps asking the same way never reads again: the embedded
-    broker (Tansu 0.6.0) does so once a partition holds some 40,000 record batches with a
-    20 ms wait (found by the soak test; tests/fault/test_fetch_wait.py names it).
-    """
-
-    CAP_MS = 2000
-    PROBE_S = 30.0
-
-    def __init__(self, configured_ms: int) -> None:
-        self.configured_ms = configured_ms
-        self.current_ms = configured_ms
-        self.last_records = time.monotonic()
-        self.changed = time.monotonic()
-
-    def fetched(self, now: float, records: bool, behind: bool) -> int | None:
-        """After a poll: the new wait in ms if it changes, else None."""
-        if records:
-            self.last_records = now
-            if self.current_ms > self.configured_ms and now - self.changed >= self.PROBE_S:
-                return self._set(max(self.configured_ms, self.current_ms // 2), now)
-            return None
-        starved = now - max(self.last_records, self.changed) > 3 * self.current_ms / 1000
-        if behind and starved and self.current_ms < self.CAP_MS:
-            return self._set(min(self.CAP_MS, 2 * self.current_ms), now)
-        return None
-
-    def _set(self, wait_ms: int, now: float) -> int:
-        self.current_ms, self.changed = wait_ms, now
-        return wait_ms
-
-
 class Throttle:
     """At most one log line every ``every_s`` seconds; says how many were left out."""
 
@@ -283,6 +247,10 @@ class Throttle:
         self.suppressed = 0
         return note
 
+
+# A member hears of a rebalance (another leaving the group on SIGTERM) at its next heartbeat:
+# this is on the path of every clean failover, and a heartbeat costs the broker little.
+HEARTBEAT_MS = 250
 
 # /ready fails once nothing was heard from the broker for this long; when the worker is idle,
 # it asks for the broker's metadata every BROKER_PROBE_S.
@@ -406,7 +374,7 @@ class Worker:
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             session_timeout_ms=session_ms,
-            heartbeat_interval_ms=max(100, min(1000, session_ms // 4)),
+            heartbeat_interval_ms=max(100, min(HEARTBEAT_MS, session_ms // 4)),
             rebalance_timeout_ms=session_ms,
             partition_assignment_strategy=(RangePartitionAssignor,),
             max_poll_records=s.max_batch_events,
@@ -418,6 +386,7 @@ class Worker:
             enable_auto_commit=False,
             auto_offset_reset="none",
             client_id=f"{s.app_id}-state-reader",
+            fetch_max_wait_ms=s.fetch_wait_ms,
         )
         server = self._serve_http()
         # While the group forms (a second or more, mostly waiting), not while serving.
@@ -556,8 +525,7 @@ class Worker:
         )
         wait_ms = self.fetch_wait.fetched(time.monotonic(), records, behind)
         if wait_ms is not None:
-            # aiokafka reads the wait from its fetcher for every request it builds
-            self.consumer._fetcher._fetch_max_wait_ms = wait_ms
+            set_fetch_wait(self.consumer, wait_ms)
             log.warning("fetch wait now %d ms (%s)", wait_ms,
                         "records wait unread" if behind else "records flow again")
 
@@ -845,6 +813,7 @@ class Worker:
                 readers = await read_partitions(
                     self.reader, self.state_topic, sorted(todo),
                     fresh_if_lost=self.settings.on_state_loss == "fresh",
+                    fetch_wait_ms=self.settings.fetch_wait_ms,
                 )
                 for number, reader in readers.items():
                     if self._current(generation, number) and await self._recover_one(

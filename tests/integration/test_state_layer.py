@@ -13,6 +13,7 @@ import numpy as np
 import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.protocol.fetch import FetchRequest_v4
 
 import streams.statelog as statelog
 from processors import Processor, Source, StreamTimes
@@ -123,6 +124,50 @@ def test_recovery_reads_multi_record_batches_and_snapshots(broker, monkeypatch) 
     }
     assert reader.end_offset == writer.next_offset
     assert reader.bytes_read < writer.log_bytes  # it started at the snapshot
+
+
+def test_recovery_fetches_wait_as_briefly_as_the_worker_fetches(broker) -> None:
+    """The recovery seeks, and a fetch already waiting holds the next one back for its whole
+    wait: the reader's fetches wait ``fetch_wait_ms`` (aiokafka's 500 ms default cost every
+    restart and failover about 0.6 s), whatever the consumer was built with. Checked on the
+    wire: the FetchRequests the reader sends."""
+    topic = state_topic("briefwait")
+    ensure_topics(broker.bootstrap, Topics("briefwait"), 2, "briefwait")
+
+    async def run() -> tuple[dict[int, LogReader], list[int]]:
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
+        await producer.start()
+        writer = PartitionLog(0, LogReader())
+        processor = Processor(retention_s=30.0)
+        for step in range(5):
+            drive(processor, 20 * step, 20)
+            records = writer.commit(
+                processor.store, processor.store.changes(), {"contexts": step}, {}, []
+            )
+            futures = [await producer.send(topic, v, k, partition=0) for k, v in records]
+            assert writer.acked([(await future).offset for future in futures])
+        await producer.stop()
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=broker.bootstrap, enable_auto_commit=False,
+            auto_offset_reset="none", fetch_max_wait_ms=500,
+        )
+        await consumer.start()
+        waits: list[int] = []
+        send = consumer._client.send
+
+        async def watched(node_id: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
+            if request.API_KEY == 1:  # Fetch: the wait as it goes on the wire
+                waits.append(request.build(FetchRequest_v4).max_wait_time)
+            return await send(node_id, request, *args, **kwargs)
+
+        consumer._client.send = watched
+        readers = await read_partitions(consumer, topic, [0, 1], fetch_wait_ms=20)
+        await consumer.stop()
+        return readers, waits
+
+    readers, waits = asyncio.run(run())
+    assert readers[0].last is not None and readers[0].last.marks == {"contexts": 4}
+    assert waits and set(waits) == {20}, waits
 
 
 def test_timeouts_follow_stream_time_not_the_wall_clock_of_a_restart(

@@ -1,8 +1,8 @@
-"""The worker's fetch wait adapts to a broker that answers short fetches with nothing."""
+"""The fetch wait adapts to a broker that answers short fetches with nothing."""
 
 from __future__ import annotations
 
-from streams.worker import FetchWait
+from streams.fetch_wait import FetchWait
 
 
 def test_the_wait_doubles_while_records_wait_unread_and_comes_back_once_they_flow() -> None:
@@ -21,3 +21,4 @@ def test_the_wait_doubles_while_records_wait_unread_and_comes_back_once_they_flo
     lowered = [wait.fetched(t + 1 + k * FetchWait.PROBE_S, records=True, behind=False)
                for k in range(1, 9)]
     assert lowered == [1000, 500, 250, 125, 62, 31, 20, None]
+
