@@ -419,9 +419,10 @@ async def read_partitions(
 
     A recovery is on the path of every restart and failover, and it seeks: a fetch already
     waiting at the old position holds the next one back for up to its wait (aiokafka's 500 ms
-    default cost every recovery about 0.6 s). So fetches wait ``fetch_wait_ms``, longer only
-    while a broker answers them with nothing (:class:`FetchWait`), and a partition is fetched
-    only while it is being read.
+    default cost every recovery about 0.6 s). It reads records that exist, so its fetches
+    wait ``fetch_wait_ms``, whatever the worker's input waits, and longer only while a broker
+    answers them with nothing (:class:`FetchWait`); a partition is fetched only while it is
+    being read.
     """
     tps = [TopicPartition(topic, p) for p in partitions]
     consumer.assign(tps)

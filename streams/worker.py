@@ -386,7 +386,6 @@ class Worker:
             enable_auto_commit=False,
             auto_offset_reset="none",
             client_id=f"{s.app_id}-state-reader",
-            fetch_max_wait_ms=s.fetch_wait_ms,
         )
         server = self._serve_http()
         # While the group forms (a second or more, mostly waiting), not while serving.
@@ -813,7 +812,6 @@ class Worker:
                 readers = await read_partitions(
                     self.reader, self.state_topic, sorted(todo),
                     fresh_if_lost=self.settings.on_state_loss == "fresh",
-                    fetch_wait_ms=self.settings.fetch_wait_ms,
                 )
                 for number, reader in readers.items():
                     if self._current(generation, number) and await self._recover_one(
