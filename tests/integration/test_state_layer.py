@@ -14,6 +14,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.protocol.fetch import FetchRequest_v4
+from conftest import decisions_consumer
 
 import streams.statelog as statelog
 from processors import Processor, Source, StreamTimes
@@ -218,6 +219,69 @@ def test_timeouts_follow_stream_time_not_the_wall_clock_of_a_restart(
     ]))
     wait_until(lambda: value(worker.metrics(), "banditflow_learner_timeouts", learner_id=lid)
                == 5, timeout_s=30)
+
+
+def test_a_stale_high_watermark_never_times_out_feedback_in_flight(
+    broker, start_worker, read_topic, wait_until
+) -> None:
+    """A caught-up stream's clock follows the wall time at which the broker last said it was
+    caught up, not the wall clock now. The embedded broker holds a fetch (here for about
+    2 s) even when records arrive meanwhile, so the high watermark the worker knows may be
+    2 s old: with the clock at `now - idle lag`, a decision whose feedback was already on
+    the broker, sent before the deadline, was timed out when its context had waited long
+    on the broker (a fetch wait later, the feedback stream seemed past its deadline)."""
+    prefix, lid, timeout, events = "stalehw", "sh", 2.5, 32
+    worker = start_worker(prefix, partitions=1, extra_args=["--fetch-wait-ms", "4000"])
+    topics = worker.topics
+    deadletter = read_topic(topics.deadletter)
+    sent: dict[str, tuple[float, float]] = {}  # event id -> (context ts, feedback sent)
+
+    async def application() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
+        await producer.start()
+        consumer = await decisions_consumer(broker.bootstrap, topics.decisions)
+        await producer.send(topics.learners, json.dumps(
+            {"learner_id": lid, "family": "conformal", "algorithm": "sps",
+             "params": {"target_coverage": 0.9, "horizon": 1000},
+             "feedback_timeout_s": timeout}).encode(), lid.encode())
+        context_ts: dict[str, float] = {}
+
+        async def send_contexts() -> None:
+            for i in range(events):
+                context_ts[f"e{i}"] = time.time()
+                await producer.send(topics.contexts, json.dumps(
+                    {"learner_id": lid, "event_id": f"e{i}", "labels": ["a", "b"],
+                     "scores": [1.0, 0.0], "ts": context_ts[f"e{i}"]}).encode(), lid.encode())
+                await asyncio.sleep(0.2)
+
+        sending = asyncio.create_task(send_contexts())
+        deadline = time.monotonic() + 60
+        while len(sent) < events and time.monotonic() < deadline:
+            for records in (await consumer.getmany(timeout_ms=200)).values():
+                for record in records:
+                    eid = json.loads(record.value)["event_id"]
+                    if eid not in sent:  # answered at once
+                        sent[eid] = (context_ts[eid], time.time())
+                        await producer.send(topics.feedback, json.dumps(
+                            {"learner_id": lid, "event_id": eid, "label": "a"}
+                        ).encode(), lid.encode())
+        await sending
+        await producer.stop()
+        await consumer.stop()
+
+    asyncio.run(application())
+    assert len(sent) == events
+    wait_until(lambda: (value(worker.metrics(), "banditflow_learner_feedback", learner_id=lid)
+                        or 0) == events, timeout_s=30)
+    timeouts = value(worker.metrics(), "banditflow_learner_timeouts", learner_id=lid) or 0
+    expired = deadletter.wait_for(lambda records: len(records) >= timeouts, 30)
+    assert {d["reason"] for d in expired} <= {"decision_expired"}, expired
+    in_time = {eid for eid, (ts, answered) in sent.items() if answered < ts + timeout - 0.2}
+    # The ones a stale high watermark expired: their context waited on the broker for most
+    # of a fetch wait (the test shows nothing unless some did).
+    waited = {eid for eid in in_time if sent[eid][1] - sent[eid][0] > 1.2}
+    assert len(waited) >= 3, sorted(round(a - t, 2) for t, a in sent.values())
+    assert {d["event_id"] for d in expired} & in_time == set()
 
 
 def test_a_restarted_worker_removes_its_dead_predecessor_from_the_group(
