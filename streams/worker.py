@@ -194,8 +194,10 @@ async def evict_predecessors(bootstrap: str, group: str, client_id: str) -> None
     try:
         described = await admin.describe_consumer_groups([group])
         # (error code, group, state, protocol type, protocol, members); only a stable group:
-        # on the embedded broker, removing a member that was killed while joining leaves the
-        # group unable to form (then the session timeout has to do it).
+        # on the embedded broker, removing the leader of a forming group leaves the group
+        # unable to form (the session timeout removes it properly). A rebalance starting
+        # between this look and the LeaveGroup still does it: StaleLeaderEscape gets the
+        # group out then.
         ours = re.compile(re.escape(client_id) + "-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}")
         members = [
             member[0]
@@ -249,8 +251,8 @@ class StaleLeaderEscape:
 
     So: when the JoinGroup answers have named the same leader, not this member, for
     ``stale_after_s`` and the SyncGroup still fails, and the broker does not list that
-    leader among the members, the live member with the smallest id (one member, not all)
-    leaves the group under its own id and joins again under the leader's. On Apache Kafka the
+    leader among the members, the member with the smallest id (one member, not all) joins
+    again under the leader's id; its own id times out. On Apache Kafka the
     leader is always a member (the coordinator elects another when it leaves), so this never
     acts; if it did, Kafka would answer UNKNOWN_MEMBER_ID and aiokafka would join afresh.
 
@@ -305,9 +307,8 @@ class StaleLeaderEscape:
             return
         log.warning("the consumer group is stuck forming: its leader %s left the group while "
                     "it formed (an embedded-broker quirk); rejoining under that member id", stale)
-        group = self.coordinator.group_id
-        with contextlib.suppress(KafkaError):
-            await self._send(LeaveGroupRequest(group, me))
+        # No LeaveGroup for the id given up: while it times out (one session), it keeps any
+        # other member from being the smallest and taking the same id too.
         self.coordinator.member_id = stale
         self.suspect = ""
         self.adopted += 1
