@@ -257,7 +257,7 @@ class StaleLeaderEscape:
     acts; if it did, Kafka would answer UNKNOWN_MEMBER_ID and aiokafka would join afresh.
 
     It watches the coordinator's requests through aiokafka's private ``_send_req`` and sets
-    its ``member_id`` (tests/unit/test_stale_leader.py checks both are there).
+    its ``member_id`` (tests/unit/test_worker_stale_leader.py checks both are there).
     """
 
     def __init__(
