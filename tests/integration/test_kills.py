@@ -54,11 +54,12 @@ from streams.topics import state_topic
 KILLS = int(os.environ.get("FAULT_KILLS", "0"))
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.timeout(1800),
     pytest.mark.skipif(
         KILLS == 0,
-        reason="run with FAULT_KILLS=100, not by `make test`: on the embedded "
-        "broker the consumer group can stop forming after tens of faults (three live members "
-        "rejoining the same generation for minutes, issue 12), which would make CI flaky",
+        reason="run with FAULT_KILLS=100 (about 10 minutes on 2 cores), not by `make test`; "
+        "the embedded broker's stale-leader quirk that stopped the group after tens of faults "
+        "(issue 12) is escaped by the worker (tests/integration/test_stale_leader.py)",
     ),
 ]
 
@@ -318,9 +319,10 @@ def test_kill_minus_nine_with_two_or_three_workers(
     assert {d["event_id"] for d in dead} == late
 
     # Deferral: the budget in every committed state; every distinct part applied once.
+    # (each commit decoded once: the audit reads tens of thousands of them)
+    committed = [commit.values() for partition in commits.values() for _, commit in partition]
     for lid in DEFERRAL:
-        entries = [commit.values()[f"l/{lid}"] for partition in commits.values()
-                   for _, commit in partition if f"l/{lid}" in commit.values()]
+        entries = [values[f"l/{lid}"] for values in committed if f"l/{lid}" in values]
         worst = max(e["state"]["spent"] + e["state"]["reserved"] for e in entries)
         assert worst <= BUDGET + 1e-9, (lid, worst)
         ours = {eid: app.first[eid] for eid, body in app.contexts.items()
