@@ -470,7 +470,10 @@ class Worker:
         self.producer = AIOKafkaProducer(
             bootstrap_servers=s.bootstrap,
             acks="all",
-            linger_ms=2,
+            # No linger: a commit enqueues all its records without yielding to the event
+            # loop, so they leave in one request anyway; a linger only delayed each of the
+            # commit's two round trips (state, then decisions): 21.7 -> 16.8 ms per commit.
+            linger_ms=0,
             max_batch_size=1 << 20,
             # A decision may be as large as the largest input (--max-event-bytes) and more.
             max_request_size=max(1 << 20, s.limits.max_event_bytes + (64 << 10)),
