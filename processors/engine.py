@@ -330,6 +330,7 @@ class Processor:
             for key, hold in store.holds.items()
             if key.startswith(prefix) and hold.kind is HoldKind.AWAITING_LEARNER
         ]
+        failed = 0
         for key in waiting:
             hold = store.drop_hold(key)
             assert hold is not None and hold.context is not None
@@ -340,9 +341,14 @@ class Processor:
             try:
                 out.extend(self.on_context(raw, context.source, now))
             except Exception as exc:  # one held context must not cost the others theirs
-                log.exception("internal error deciding a held context of %r", learner_id)
+                if not failed:  # one traceback, not one per held context
+                    log.exception("internal error deciding a held context of %r", learner_id)
+                failed += 1
                 self._dead(out, "internal_error", f"{type(exc).__name__}: {exc}", raw,
                            context.source, now, learner_id, key.split("/", 1)[1])
+        if failed > 1:
+            log.error("%d held contexts of %r failed to be decided (dead-lettered as "
+                      "internal_error); the first one's traceback is above", failed, learner_id)
 
     # ------------------------------------------------------------------ context
     def on_context(self, raw: bytes, source: Source, now: float) -> Emitted:

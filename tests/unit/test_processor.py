@@ -409,6 +409,26 @@ def test_a_held_context_that_fails_does_not_cost_the_others_their_decisions(
     assert sps_n(p) == 1  # e3's feedback, held with it, was applied
 
 
+
+def test_held_contexts_failing_alike_log_one_traceback(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug that fails every held context of a learner logs one traceback and a count, not
+    a traceback per context (thousands may be held)."""
+    p = Processor(unknown_learner_grace_s=3.0)
+    for i in range(50):
+        p.on_context(context(f"e{i}"), CONTEXTS, 0.0)
+
+    def on_context(self: Processor, raw: bytes, source: Source, now: float) -> Emitted:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(Processor, "on_context", on_context)
+    with caplog.at_level("ERROR"):
+        released = p.on_config(LID, config(), CONFIGS, 0.5)
+    assert len(released.dead_letters) == 50
+    assert [r.exc_info is not None for r in caplog.records] == [True, False]
+    assert "50 held contexts" in caplog.records[1].getMessage()
+
 def test_oversize_payloads_are_rejected_by_configurable_limits() -> None:
     p = Processor(limits=Limits(max_event_bytes=300, max_labels=3))
     p.on_config(LID, config(), CONFIGS, 0.0)
