@@ -18,10 +18,13 @@ docs/results/soak.md quotes a full run).
 
 Asserted: every context decided exactly once (a context sent twice: its decision once more,
 ``redelivered``); every decision settled, by its feedback or, unanswered, by its timeout;
-each duplicate feedback deduplicated; exactly the malformed records dead-lettered, with their
-reasons, and no ``internal_error``; the worker never exited, never re-read its partitions and
-logged no error; the lag stayed bounded (``LAG_BOUND_S``); and the RSS slope over the second
-half of the run stayed under ``RSS_GROWTH_MB``. Latency is reported, never asserted:
+on event time: no decision whose feedback was produced before its deadline timed out, and
+feedback produced after it may find its decision expired, then every copy of it is a
+``decision_expired`` dead letter; each other duplicate feedback deduplicated; besides those,
+exactly the malformed records dead-lettered, with their reasons, and no ``internal_error``;
+the worker never exited, never re-read its partitions and logged no error; the lag stayed
+bounded (``LAG_BOUND_S``); and the RSS slope over the second half of the run stayed under
+``RSS_GROWTH_MB``. Latency is reported, never asserted:
 performance targets live in the benchmarks.
 """
 
@@ -72,6 +75,7 @@ TIMEOUT_S = 5.0  # the learners' feedback timeout: unanswered decisions settle a
 FEEDBACK_DELAY_S = (0.05, 0.5)  # the application answers after a uniform delay in this range
 AGAIN_DELAY_S = (0.1, 1.0)  # a record sent twice comes again this long after the first
 UNANSWERED = 0.02  # decisions never answered
+MARGIN_S = 0.05  # a feedback record is stamped a moment after the application's clock read
 DUPLICATE_FEEDBACK = 0.01  # feedback sent twice
 DUPLICATE_CONTEXT = 0.005  # contexts sent twice
 MALFORMED = 0.002  # a malformed record after this share of contexts
@@ -173,6 +177,9 @@ class Run:
     series: list[dict[str, Any]] = field(default_factory=list)  # the samples, one a second
     start: float = 0.0  # monotonic time the load started
     end: float = 0.0  # ... and stopped
+    deadline: dict[tuple[str, str], float] = field(default_factory=dict)  # context ts + timeout
+    # (learner, event) -> wall times its feedback was produced (the first copy, then again)
+    answered_at: dict[tuple[str, str], list[float]] = field(default_factory=dict)
 
 
 def rss_mb(pid: int) -> float | None:
@@ -195,13 +202,15 @@ async def drive(broker: EmbeddedBroker, worker: Worker, ids: dict[str, str]) -> 
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
     await producer.start()
     consumer = await decisions_consumer(bootstrap, topics.decisions)
-    later: list[tuple[float, int, str, bytes, bytes]] = []  # (due, seq, topic, key, value)
+    # (due, seq, topic, key, value, the (learner, event) whose feedback it is, or None)
+    later: list[tuple[float, int, str, bytes, bytes, tuple[str, str] | None]] = []
     seq = itertools.count()
     loading = True
     lids = list(ids)
 
-    def send_at(due: float, topic: str, key: bytes, value: bytes) -> float:
-        heapq.heappush(later, (due, next(seq), topic, key, value))
+    def send_at(due: float, topic: str, key: bytes, value: bytes,
+                feedback_of: tuple[str, str] | None = None) -> float:
+        heapq.heappush(later, (due, next(seq), topic, key, value, feedback_of))
         return due
 
     async def send_contexts() -> None:
@@ -211,7 +220,9 @@ async def drive(broker: EmbeddedBroker, worker: Worker, ids: dict[str, str]) -> 
             lid = lids[int(rng.integers(len(lids)))]
             fields, answer = traffic.context(lid)
             eid = f"e{i}"
-            value = json.dumps({"learner_id": lid, "event_id": eid, "ts": time.time(),
+            ts = time.time()
+            run.deadline[lid, eid] = ts + TIMEOUT_S
+            value = json.dumps({"learner_id": lid, "event_id": eid, "ts": ts,
                                 **fields}).encode()
             run.open[lid, eid] = (time.monotonic(), answer)
             await producer.send(topics.contexts, value, lid.encode())
@@ -253,17 +264,19 @@ async def drive(broker: EmbeddedBroker, worker: Worker, ids: dict[str, str]) -> 
                     body = {"learner_id": lid, "event_id": eid, **opened[1](decision["output"])}
                     value = json.dumps(body).encode()
                     due = send_at(now + float(rng.uniform(*FEEDBACK_DELAY_S)),
-                                  topics.feedback, lid.encode(), value)
+                                  topics.feedback, lid.encode(), value, (lid, eid))
                     run.sent["feedback"] += 1
                     if rng.random() < DUPLICATE_FEEDBACK:
                         send_at(due + float(rng.uniform(*AGAIN_DELAY_S)), topics.feedback,
-                                lid.encode(), value)
+                                lid.encode(), value, (lid, eid))
                         run.sent["duplicate_feedback"] += 1
 
     async def send_later() -> None:
         while True:
             while later and later[0][0] <= time.monotonic():
-                _, _, topic, key, value = heapq.heappop(later)
+                _, _, topic, key, value, feedback_of = heapq.heappop(later)
+                if feedback_of is not None:
+                    run.answered_at.setdefault(feedback_of, []).append(time.time())
                 await producer.send(topic, value, key)
             await asyncio.sleep(0.005)
 
@@ -427,6 +440,13 @@ def test_soak_fixed_load(broker, start_worker, read_topic) -> None:
                if name == "banditflow_dead_letters_total"}
     applied = metric(text, "banditflow_learner_feedback")
     timeouts = metric(text, "banditflow_learner_timeouts")
+    # Event time: feedback produced after its decision's deadline may find it expired (every
+    # copy then a decision_expired dead letter); feedback produced before it never does.
+    expired = Counter((letter["learner_id"], letter["event_id"]) for letter in dead.records
+                      if letter is not None and letter["reason"] == "decision_expired")
+    late = {key for key, times in run.answered_at.items()
+            if times[0] >= run.deadline[key] - MARGIN_S}
+    expected_dead = run.expected_dead + Counter(decision_expired=sum(expired.values()))
     log = worker.log()
     outcomes = {
         "contexts": run.sent["contexts"],
@@ -439,6 +459,9 @@ def test_soak_fixed_load(broker, start_worker, read_topic) -> None:
         "duplicate_feedback": run.sent["duplicate_feedback"],
         "deduplicated_feedback": metric(text, "banditflow_records_total",
                                         topic=topics.feedback, outcome="deduplicated"),
+        "feedback_after_its_deadline": len(late),
+        "expired_decisions_answered": len(expired),
+        "expired_though_answered_in_time": len(set(expired) - late),
         "unanswered": run.sent["unanswered"],
         "settled_by_feedback": applied - timeouts,
         "settled_by_timeout": timeouts,
@@ -501,11 +524,15 @@ def test_soak_fixed_load(broker, start_worker, read_topic) -> None:
         f"first decisions again: {run.extra[:5]}")
     assert run.decided == run.sent["contexts"]
     assert run.redelivered == run.sent["duplicate_contexts"]
-    assert outcomes["deduplicated_feedback"] == run.sent["duplicate_feedback"]
-    assert (applied - timeouts, timeouts) == (run.sent["feedback"], run.sent["unanswered"])
+    assert set(expired) <= late, f"timed out, though answered in time: {set(expired) - late}"
+    assert all(count == len(run.answered_at[key]) for key, count in expired.items())
+    assert outcomes["deduplicated_feedback"] == sum(
+        len(times) - 1 for key, times in run.answered_at.items() if key not in expired)
+    assert (applied - timeouts, timeouts) == (run.sent["feedback"] - len(expired),
+                                              run.sent["unanswered"] + len(expired))
     assert outcomes["open_decisions"] == 0
-    assert reasons == run.expected_dead, "dead letters other than the malformed records"
-    assert counted == dict(run.expected_dead)  # (so no internal_error either)
+    assert reasons == expected_dead, "dead letters other than the malformed and late records"
+    assert counted == dict(expected_dead)  # (so no internal_error either)
     assert outcomes["partition_recoveries"] == PARTITIONS, "the worker re-read its partitions"
     assert not any(outcomes["log_errors"].values()), outcomes["log_errors"]
     assert summary["lag"]["last_window_max"] <= RATE * LAG_BOUND_S
