@@ -6,7 +6,7 @@ values or calls on a :class:`processors.sink.Sink`, and the caller makes the sto
 changes durable (the worker's state log, streams/statelog.py).
 """
 
-from processors.engine import Emitted, Processor, StreamTimes
+from processors.processor import Emitted, Processor, StreamTimes
 from processors.records import Source
 from processors.sink import Sink
 from processors.store import PartitionStore

@@ -9,7 +9,7 @@
   not been made yet (``kind = "early"``) or a context of a learner whose config has not been
   processed yet (``kind = "awaiting_learner"``, with any feedback already held for it).
 
-Times named ``deadline`` and ``settled_at`` are **stream time** (see :mod:`processors.engine`);
+Times named ``deadline`` and ``settled_at`` are **stream time** (see :mod:`processors.processor`);
 ``decided_at`` is the worker's wall clock, published with the decision.
 
 >>> record = DecisionRecord(1, 10.0, None, 40.0, {"labels": ["a"]}, {"scores": [0.5]})

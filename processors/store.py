@@ -7,7 +7,7 @@ Streams' record cache), so a learner touched by a thousand events is written onc
 decision opened and settled between two commits is written once, settled.
 
 Deadlines are indexed in one heap per kind, judged against the stream clock that kind
-waits on (see :class:`processors.engine.StreamTimes`): a tick costs what expires plus
+waits on (see :class:`processors.processor.StreamTimes`): a tick costs what expires plus
 O(log n) per expiry, not a scan of what is pending. Heap entries are not removed when a
 record changes; a popped entry counts only if the record still has that deadline.
 

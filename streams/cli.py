@@ -210,8 +210,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from streams.evaluation import run_evaluate
-    from streams.evaluation.engine import LogError, ReplayError
+    from offline.evaluation import run_evaluate
+    from offline.evaluation.replay import LogError, ReplayError
 
     try:
         return run_evaluate(args)
@@ -220,7 +220,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_make_log(args: argparse.Namespace) -> int:
-    from streams.logs import builders
+    from offline.logs import builders
 
     known = builders()
     if args.task not in known:
@@ -291,7 +291,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("evaluate", help="replay a log through the processors offline and "
                                         "report (summary.json, trajectory.jsonl, plots)")
     if wanted("evaluate"):
-        from streams.evaluation import add_evaluate_options
+        from offline.evaluation import add_evaluate_options
 
         add_evaluate_options(p)
     p.set_defaults(func=cmd_evaluate)

@@ -13,10 +13,10 @@ import time
 import urllib.error
 from pathlib import Path
 
+from offline.environments import GaussianScores
 from streams.broker import EmbeddedBroker, port_open
 from streams.scrape import fetch, samples, value
 from streams.simulate import SimulationReport, SimulationSettings, run_simulation
-from streams.simulators import GaussianScores
 
 
 def start_worker(

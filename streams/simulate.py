@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from streams.simulators import GaussianScores, Round
+from offline.environments import GaussianScores, Round
 from streams.topics import Topics
 
 

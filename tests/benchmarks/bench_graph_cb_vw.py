@@ -2,9 +2,9 @@
 --graph_feedback`` on the very same graph_cb streams and seeds.
 
 For each scenario a log is built with the ``banditflow make-log`` builders
-(:mod:`streams.logs.graph_cb`) and replayed three ways:
+(:mod:`offline.logs.graph_cb`) and replayed three ways:
 
-* ``banditflow (replay)``: the full offline replay (:func:`streams.evaluation.engine.replay`:
+* ``banditflow (replay)``: the full offline replay (:func:`offline.evaluation.replay.replay`:
   JSON events through :class:`processors.Processor`, exactly as the worker runs them);
 * ``banditflow (learner)``: the same learner called directly (decide + learn, no processors);
 * ``vw``: Vowpal Wabbit through its Python bindings, text format: a shared example
@@ -23,7 +23,7 @@ instead of 0.05, and NaN probabilities on random graphs).
 
 Both use gamma = gamma_scale * n^0.5 (banditflow: ``gamma_schedule=vw``) with the same
 gamma_scale, both sample the action from the returned distribution, and the reveals come from
-:func:`streams.evaluation.graph_cb.reveal` with a generator seeded by the run's seed. The
+:func:`offline.evaluation.graph_cb.reveal` with a generator seeded by the run's seed. The
 oracles differ (banditflow: recursive least squares, or SGD on the inventory scenario; VW: its
 default adaptive, normalised SGD), so losses compare the whole systems.
 
@@ -60,10 +60,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from learners.graph_cb import ALGORITHMS
 from learners.graph_cb.graphs import named_graph
-from processors.engine import event_seed
-from streams.evaluation.engine import replay
-from streams.evaluation.graph_cb import GraphCBTask, read_log, reveal
-from streams.logs.graph_cb import LOGS
+from offline.evaluation.graph_cb import GraphCBTask, read_log, reveal
+from offline.evaluation.replay import replay
+from offline.logs.graph_cb import LOGS
+from processors.processor import event_seed
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@
    each from a fresh learner (so the burn-in and the growth of the state are included).
 2. The offline engine (``banditflow evaluate``), one context (10 labels) and one feedback per
    round, median rounds per second over the repeats, with both engines:
-   ``--engine direct`` (:func:`streams.evaluation.conformal.replay_direct`: the learner
+   ``--replay direct`` (:func:`offline.evaluation.conformal.replay_direct`: the learner
    driven from the log's arrays, identical results, tested) and the default
-   ``--engine processors`` (:func:`streams.evaluation.engine.replay`: the very ``Processor``
+   ``--replay processors`` (:func:`offline.evaluation.replay.replay`: the very ``Processor``
    the workers run, JSON parsing and validation of every context and feedback event,
    pending store, dedupe records, statistics).
 3. Memory after ``--long`` (10^6) updates, per configuration: the serialised state (JSON bytes,
@@ -40,8 +40,8 @@ import numpy as np
 import pytest
 
 from learners.conformal.sps import SPS
-from streams.evaluation.conformal import ConformalTask, replay_direct
-from streams.evaluation.engine import replay
+from offline.evaluation.conformal import ConformalTask, replay_direct
+from offline.evaluation.replay import replay
 
 ALPHA = 0.9
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -180,7 +180,7 @@ def report(
     print("\n" + "\n".join(lines), flush=True)
     start = len(lines)
     lines += [
-        f"Offline engine, direct (banditflow evaluate --engine direct), medians of {repeats} runs "
+        f"Offline engine, direct (banditflow evaluate --replay direct), medians of {repeats} runs "
         f"of {direct_rounds:,} rounds (1 context of 10 labels + 1 feedback each; rounds/s = "
         "feedback updates/s; includes the rows, set sizes and summary):",
         *rate_lines(engine_rates("direct", direct_rounds, repeats)),

@@ -50,10 +50,10 @@ from _integration_fixtures import Worker, decisions_consumer  # loaded by tests/
 from aiokafka import AIOKafkaProducer
 from test_corpus import growth, metric
 
+from offline.environments import GaussianScores
+from offline.evaluation.graph_cb import reveal
 from streams.broker import EmbeddedBroker
-from streams.evaluation.graph_cb import reveal
 from streams.scrape import samples
-from streams.simulators import GaussianScores
 from streams.topics import partition_for
 
 matplotlib.use("Agg")

@@ -31,10 +31,10 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from conftest import decisions_consumer, is_ready
 
+from offline.environments import GaussianScores
 from processors import Processor, Source
 from processors.records import DecisionRecord, Settled
 from streams.scrape import samples, value
-from streams.simulators import GaussianScores
 from streams.statelog import read_commits
 from streams.topics import state_topic
 

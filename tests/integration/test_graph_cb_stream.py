@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from kafka import KafkaProducer
 
-from streams.evaluation.graph_cb import reveal
+from offline.evaluation.graph_cb import reveal
 from streams.scrape import samples, value
 
 pytestmark = pytest.mark.integration

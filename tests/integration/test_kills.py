@@ -45,9 +45,9 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from conftest import decisions_consumer, is_ready
 
+from offline.environments import GaussianScores
 from processors.records import DecisionRecord, Settled
 from streams.scrape import fetch
-from streams.simulators import GaussianScores
 from streams.statelog import read_commits
 from streams.topics import state_topic
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from kafka import KafkaProducer
 
+from offline.environments import GaussianScores
 from streams.kcat import kcat_command
 from streams.scrape import value
-from streams.simulators import GaussianScores
 from streams.topics import partition_for
 
 pytestmark = pytest.mark.integration

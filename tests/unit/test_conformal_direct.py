@@ -1,7 +1,7 @@
 """The direct conformal engine gives exactly the processors' rows and summary.
 
 ``replay_direct`` skips the processors for speed; these tests hold it to
-:func:`streams.evaluation.engine.replay` (the worker's processors) round by round, for every
+:func:`offline.evaluation.replay.replay` (the worker's processors) round by round, for every
 conformal learner, under immediate, delayed and lost feedback with timeouts (including
 feedback still arriving after the last decision timed out), on logs with ragged candidate
 lists, tied scores, and true labels that are sometimes not candidates.
@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from offline.evaluation.conformal import ConformalTask, read_log, replay_direct
+from offline.evaluation.replay import Delay, LogError, ReplayError, replay
 from processors.stats import conformal_round_regret
 from streams.cli import main
-from streams.evaluation.conformal import ConformalTask, read_log, replay_direct
-from streams.evaluation.engine import Delay, LogError, ReplayError, replay
 
 ROUNDS = 1500
 LEARNERS: dict[str, dict[str, Any]] = {
@@ -183,26 +183,27 @@ def test_read_log_event_ids(tmp_path: Path) -> None:
         read_log(log)
 
 
-def test_cli_direct_engine_and_clear_errors(
+def test_cli_direct_replay_and_clear_errors(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     log = tmp_path / "log.jsonl"
     log.write_text("".join(json.dumps(r) + "\n" for r in records(seed=4, rounds=300)))
     outputs = {}
-    for engine in ("processors", "direct"):
-        out = tmp_path / engine
+    # (--engine: the option's former name, still accepted)
+    for how, option in (("processors", "--replay"), ("direct", "--engine")):
+        out = tmp_path / how
         args = ["evaluate", "--family", "conformal", "--learner", "greedy", "--log", str(log),
-                "--alpha", "0.7", "--engine", engine, "--delay", "geometric:0.2",
+                "--alpha", "0.7", option, how, "--delay", "geometric:0.2",
                 "--loss", "0.05", "--feedback-timeout", "30", "--out", str(out), "--quiet"]
         assert main(args) == 0
-        outputs[engine] = json.loads((out / "summary.json").read_text())
-        assert outputs[engine].pop("engine") == engine
+        outputs[how] = json.loads((out / "summary.json").read_text())
+        assert outputs[how].pop("replay") == how
     assert outputs["processors"] == outputs["direct"]
     assert outputs["direct"]["final_threshold"] is not None
     assert outputs["direct"]["feedback_lost"] > 0
     capsys.readouterr()
     with pytest.raises(SystemExit, match="only for: conformal"):
-        main(["evaluate", "--family", "prob_graph", "--learner", "ucb_n", "--engine", "direct",
+        main(["evaluate", "--family", "prob_graph", "--learner", "ucb_n", "--replay", "direct",
               "--scenario", str(log), "--horizon", "10", "--out", str(tmp_path / "x")])
     (tmp_path / "empty.jsonl").write_text("")
     with pytest.raises(SystemExit, match="no rounds"):

@@ -1,4 +1,4 @@
-"""The paper's three conformal tasks as logs (streams/logs/conformal_tasks.py): small builds,
+"""The paper's three conformal tasks as logs (offline/logs/conformal_tasks.py): small builds,
 valid for ``banditflow evaluate --family conformal``, deterministic, offline."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streams.evaluation.conformal import ConformalTask, read_log, true_score
-from streams.evaluation.engine import replay
-from streams.logs import builders
-from streams.logs import conformal_tasks as tasks
+from offline.evaluation.conformal import ConformalTask, read_log, true_score
+from offline.evaluation.replay import replay
+from offline.logs import builders
+from offline.logs import conformal_tasks as tasks
 
 
 def check_log(path: Path, rounds: int) -> list[dict]:

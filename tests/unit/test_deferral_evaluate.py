@@ -12,11 +12,11 @@ import pytest
 
 from learners.deferral import ALGORITHMS
 from learners.deferral.opt import fractional_knapsack_opt
+from offline.evaluation.deferral import DeferralTask, LogError, parse_budget, read_log
+from offline.evaluation.replay import Delay, replay
+from offline.logs import builders
+from offline.logs.deferral import digits_scenario
 from streams.cli import build_parser, main
-from streams.evaluation.deferral import DeferralTask, LogError, parse_budget, read_log
-from streams.evaluation.engine import Delay, replay
-from streams.logs import builders
-from streams.logs.deferral import digits_scenario
 from streams.metrics import LEARNER_GAUGES
 
 
@@ -196,7 +196,7 @@ def test_summary_keys_are_the_worker_gauges() -> None:
 
 
 def test_build_checks_the_budget_and_caches_best_reject(small_log: Path) -> None:
-    from streams.evaluation.deferral import build
+    from offline.evaluation.deferral import build
 
     def args(budget: str) -> argparse.Namespace:
         return argparse.Namespace(log=small_log, horizon=100, budget=budget, c_max=1.0,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGES = ("learners", "processors", "schemas", "streams")
+PACKAGES = ("learners", "processors", "schemas", "streams", "offline")
 ROOT = Path(__file__).resolve().parents[2]
 
 

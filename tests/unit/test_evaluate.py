@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from learners.conformal.sps import SPS
+from offline.evaluation.conformal import ConformalTask, read_log
+from offline.evaluation.replay import Delay, replay
 from streams.cli import main
-from streams.evaluation.conformal import ConformalTask, read_log
-from streams.evaluation.engine import Delay, replay
 
 
 def write_log(path: Path, rounds: int, seed: int = 0, labels: int = 6) -> Path:

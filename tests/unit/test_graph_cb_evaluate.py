@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from learners.graph_cb import SquareCBG
+from offline.evaluation.graph_cb import GraphCBTask, LogError, read_log, reveal
+from offline.evaluation.replay import LoggedRound, replay
+from offline.logs import builders
+from offline.logs.graph_cb import inventory_losses, random_self_aware_graph
 from streams.cli import main
-from streams.evaluation.engine import LoggedRound, replay
-from streams.evaluation.graph_cb import GraphCBTask, LogError, read_log, reveal
-from streams.logs import builders
-from streams.logs.graph_cb import inventory_losses, random_self_aware_graph
 
 
 def write_log(path: Path, records: list[dict]) -> Path:

@@ -405,7 +405,7 @@ def test_progress_is_not_trapped_on_the_random_graph() -> None:
     that cannot observe itself on seeds 0 and 5 (over 10x C* log T); "progress" stays within
     4x on every seed and 2x on average."""
     from learners.prob_graph.scenarios import Environment, simulate
-    from streams.logs.prob_graph import build
+    from offline.logs.prob_graph import build
 
     scenario, _ = build("random", 0)
     horizon = 10_000

@@ -19,8 +19,8 @@ import pytest
 
 from learners.base import LearnerError
 from learners.conformal.sps import MIN_MAX_VALUES, SPS, anytime_log_term
-from streams.evaluation.conformal import ConformalTask
-from streams.evaluation.engine import Delay, replay
+from offline.evaluation.conformal import ConformalTask
+from offline.evaluation.replay import Delay, replay
 
 ALPHA = 0.9
 TAU_STAR = 1.0 + NormalDist().inv_cdf(1 - ALPHA)  # true-label scores N(1, 1)

@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from streams.evaluation.engine import Delay, Progress, replay
-from streams.evaluation.report import comparison_table, plot_curves, write_run
+from offline.evaluation.replay import Delay, Progress, replay
+from offline.evaluation.report import comparison_table, plot_curves, write_run
 
-TASKS = {family: f"streams.evaluation.{family}" for family in
+TASKS = {family: f"offline.evaluation.{family}" for family in
          ("conformal", "graph_cb", "deferral", "prob_graph")}
 
 
@@ -78,12 +78,15 @@ def add_evaluate_options(parser: argparse.ArgumentParser) -> None:
         help="extra learner parameter, e.g. --param gamma=0.01 (repeatable)",
     )
     parser.add_argument(
-        "--engine",
+        "--replay",
+        "--engine",  # its former name
+        dest="replay",
         choices=("processors", "direct"),
         default="processors",
-        help="processors (default): every event as JSON through the worker's processors; "
-        "direct (conformal only): the learners driven straight from the log, same results "
-        "(tested against the processors), about 25-30x faster",
+        help="how the log is replayed: processors (default), every event as JSON through the "
+        "worker's processors; direct (conformal only), the learners driven straight from the "
+        "log, same results (tested against the processors), about 25-30x faster "
+        "(formerly --engine)",
     )
     parser.add_argument("--out", type=Path, required=True, help="output directory")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -112,19 +115,19 @@ def build_task(args: argparse.Namespace, seed: int) -> tuple[Any, Callable[[str]
     return task, lambda algorithm: {**params_for(algorithm), **extra}
 
 
-Engine = Callable[..., tuple[list[dict[str, Any]], dict[str, Any], Any]]
+Replayer = Callable[..., tuple[list[dict[str, Any]], dict[str, Any], Any]]
 
 
-def replay_engine(args: argparse.Namespace) -> Engine:
+def replayer(args: argparse.Namespace) -> Replayer:
     """``replay`` (the processors) or the family's ``replay_direct``."""
-    if args.engine == "processors":
+    if args.replay == "processors":
         return replay
     module = task_module(args.family)
     if not hasattr(module, "replay_direct"):
         direct = [f for f in available_families() if hasattr(task_module(f), "replay_direct")]
         raise SystemExit(
-            f"--engine direct is not available for {args.family!r} (only for: "
-            f"{', '.join(direct)}); use --engine processors"
+            f"--replay direct is not available for {args.family!r} (only for: "
+            f"{', '.join(direct)}); use --replay processors"
         )
     return module.replay_direct
 
@@ -136,7 +139,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         delay = Delay.parse(args.delay, args.loss)
     except ValueError as exc:
         raise SystemExit(f"--delay/--loss: {exc}") from None
-    engine = replay_engine(args)
+    replay_log = replayer(args)
     single = len(learners) == 1 and len(seeds) == 1
     summaries: dict[str, list[dict[str, Any]]] = {}
     curves: dict[str, dict[str, list[np.ndarray]]] = {}
@@ -145,7 +148,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
             task, params_for = build_task(args, seed)
             label = f"{algorithm} seed {seed}"
             progress = None if args.quiet else Progress(label, args.horizon)
-            rows, summary, _ = engine(
+            rows, summary, _ = replay_log(
                 task,
                 algorithm,
                 params_for(algorithm),
@@ -159,7 +162,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
                 "learner": algorithm,
                 "seed": seed,
                 "params": params_for(algorithm),
-                "engine": args.engine,
+                "replay": args.replay,
                 **summary,
             }
             run_curves = task.curves(rows)

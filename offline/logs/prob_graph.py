@@ -47,7 +47,7 @@ from learners.prob_graph.scenarios import (
     random_probabilities,
     revealing_action,
 )
-from streams.evaluation.prob_graph import lower_bound
+from offline.evaluation.prob_graph import lower_bound
 
 ER_MEANS = [1.0, 0.8, 0.75, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1]
 CLIQUE_MEANS = [1.0, 0.8, 0.7, 0.6, 0.5, 0.4]

@@ -28,10 +28,7 @@ import numpy as np
 from learners.base import LearnerError
 from learners.conformal.base import ConformalLearner
 from learners.registry import learner_class
-from processors.stats import conformal_round_regret
-from schemas.events import Context, LearnerConfig
-from schemas.parsing import Limits, Rejected, parse_event
-from streams.evaluation.engine import (
+from offline.evaluation.replay import (
     Delay,
     FeedbackSchedule,
     LogError,
@@ -44,6 +41,9 @@ from streams.evaluation.engine import (
     replay_config,
     replay_summary,
 )
+from processors.stats import conformal_round_regret
+from schemas.events import Context, LearnerConfig
+from schemas.parsing import Limits, Rejected, parse_event
 
 
 def read_log(path: Path, horizon: int | None = None) -> list[dict[str, Any]]:
@@ -229,7 +229,7 @@ def replay_direct(
     feedback_timeout: float = 1000.0,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any], ConformalLearner]:
-    """:func:`streams.evaluation.engine.replay` without the processors, for speed: the same
+    """:func:`offline.evaluation.replay.replay` without the processors, for speed: the same
     rows and summary (tests/unit/test_conformal_direct.py checks every learner, delay and loss
     against the processors), returned with the learner instead of the processor.
 

@@ -1,7 +1,7 @@
 """Evaluating ``graph_cb`` learners on a full-information log with simulated graph feedback.
 
 Log: JSONL, one round per line, ``{"event_id", "features": [...] (or one vector per action),
-"losses": [K losses in [-1, 1]], "graph": optional K x K}`` (``streams/logs/graph_cb.py``
+"losses": [K losses in [-1, 1]], "graph": optional K x K}`` (``offline/logs/graph_cb.py``
 builds some). The learner sees the features and the line's graph; the losses stay hidden.
 
 Feedback graph of a round: the line's ``graph`` if it has one (sent with the context, so the
@@ -40,7 +40,7 @@ import numpy as np
 
 from learners.base import LearnerError
 from learners.graph_cb.graphs import GRAPH_KINDS, as_graph, named_graph
-from streams.evaluation.engine import LogError, LoggedRound, log_records
+from offline.evaluation.replay import LogError, LoggedRound, log_records
 
 
 def _check_graph(graph: Any, actions: int, where: str) -> np.ndarray:

@@ -25,7 +25,7 @@ chose.
 
 :func:`aggregate` and :func:`plot_report` turn many runs (``evaluate`` with several learners and
 seeds) into the tables and figures of ``docs/results/prob_graph.md``; ``python -m
-streams.evaluation.prob_graph report RUNS OUT`` runs them.
+offline.evaluation.prob_graph report RUNS OUT`` runs them.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import numpy as np
 
 from learners.base import LearnerError
 from learners.prob_graph.scenarios import Environment, Scenario, parse_scenario
-from streams.evaluation.engine import LoggedRound
+from offline.evaluation.replay import LoggedRound
 
 # Monte Carlo samples (and seed) of the reachability estimate behind the cascade case's C*.
 CASCADE_BOUND_SAMPLES = 20_000
@@ -216,7 +216,7 @@ def simulate_run(
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The learner alone (no processors, no JSON): rows and summary as ``evaluate`` writes them.
 
-    Same learner code and feedback model as :func:`streams.evaluation.engine.replay` with no
+    Same learner code and feedback model as :func:`offline.evaluation.replay.replay` with no
     delay (feedback applied before the next round), but several times faster; the random
     streams differ (the learner and the environment draw from two children of ``seed``, as in
     :func:`learners.prob_graph.scenarios.simulate`), so runs agree in distribution, not draw
@@ -403,9 +403,9 @@ def plot_report(results: Mapping[str, Any], out: Path) -> list[Path]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m streams.evaluation.prob_graph report RUNS OUT`` (table, JSON and PNGs) or
+    """``python -m offline.evaluation.prob_graph report RUNS OUT`` (table, JSON and PNGs) or
     ``... simulate --scenario FILE --horizon T --out DIR`` (direct runs)."""
-    parser = argparse.ArgumentParser(prog="python -m streams.evaluation.prob_graph")
+    parser = argparse.ArgumentParser(prog="python -m offline.evaluation.prob_graph")
     sub = parser.add_subparsers(dest="command", required=True)
     report = sub.add_parser("report", help="aggregate RUNS/<scenario>/<learner>-seed<S>/ runs")
     report.add_argument("runs", type=Path)
@@ -428,7 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     direct.add_argument("--label", help="run name instead of the algorithm (one learner)")
     args = parser.parse_args(argv)
     if args.command == "simulate":
-        from streams.evaluation import parse_params
+        from offline.evaluation import parse_params
 
         scenario = load_scenario(args.scenario)
         params = parse_params(args.param)

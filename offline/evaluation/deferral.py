@@ -44,7 +44,7 @@ import numpy as np
 
 from learners.deferral.opt import best_reject_threshold, fractional_knapsack_opt
 from learners.deferral.scenarios import PAPER_BUDGET_RATE
-from streams.evaluation.engine import LogError, LoggedRound, log_records
+from offline.evaluation.replay import LogError, LoggedRound, log_records
 
 OUTCOMES = ("model_reward", "human_reward", "human_cost")
 MEANS = ("model_mean", "human_mean", "cost_mean")
