@@ -49,5 +49,6 @@ class FetchWait:
 
 def set_fetch_wait(consumer: AIOKafkaConsumer, wait_ms: int) -> None:
     """Changes ``consumer``'s fetch wait in place: aiokafka reads it from its fetcher for every
-    request it builds (a private attribute; tests/unit/test_fetch_wait.py checks it is there)."""
+    request it builds (a private attribute; tests/integration/test_state_layer.py checks the
+    wait that goes on the wire)."""
     consumer._fetcher._fetch_max_wait_ms = wait_ms
