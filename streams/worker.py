@@ -279,7 +279,6 @@ class StaleLeaderEscape:
         self.clock = clock
         self.suspect = ""  # the leader the join answers name, not this member
         self.since = 0.0
-        self.adopted = 0
         self._send = coordinator._send_req
 
     def install(self) -> StaleLeaderEscape:
@@ -317,7 +316,6 @@ class StaleLeaderEscape:
         # other member from being the smallest and taking the same id too.
         self.coordinator.member_id = stale
         self.suspect = ""
-        self.adopted += 1
 
 
 def preload_families() -> None:
