@@ -126,6 +126,43 @@ class Learner(ABC):
         or ``{"arm_pulls": [3.0, 10.0]}`` (a list is exported with an index label)."""
         return {}
 
+    # The family's part of the running statistics kept with each learner (processors.stats
+    # keeps the generic ones: decisions, feedback, timeouts, observed means): declared here,
+    # by the family, so the processors need no branch per family.
+    @classmethod  # noqa: B027 (an optional hook: families without such statistics)
+    def stats_on_decided(
+        cls,
+        stats: Stats,
+        output: Mapping[str, Any],
+        params: Mapping[str, Any],
+        summary: Mapping[str, Any],
+    ) -> None:
+        """Count what a decision (``output``) tells, e.g. its set size."""
+
+    @classmethod  # noqa: B027 (an optional hook: families without such statistics)
+    def stats_on_truth(
+        cls,
+        stats: Stats,
+        output: Mapping[str, Any],
+        truth: Mapping[str, Any],
+        params: Mapping[str, Any],
+    ) -> None:
+        """Count what the ground truth of a decision tells (exact regret)."""
+
+    @classmethod  # noqa: B027 (an optional hook: families without such statistics)
+    def stats_gauges(
+        cls, stats: Stats, summary: Mapping[str, Any], values: dict[str, Any]
+    ) -> None:
+        """Add the family's live values computed from ``stats`` to ``values``."""
+
+
+Stats = dict[str, float]
+"""A learner's running statistics: named sums, kept with its state."""
+
+
+def add_stat(stats: Stats, name: str, value: float = 1.0) -> None:
+    stats[name] = stats.get(name, 0.0) + value
+
 
 # Integer parameters are exact in a float (what JSON clients and the learners' arithmetic
 # assume); sizes have their own, smaller caps (``at_most``).

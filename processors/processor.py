@@ -408,7 +408,7 @@ class Processor:
             )
             return out
         stats.on_decided(
-            entry.stats, config["family"], decided.output, config["params"],
+            entry.stats, type(entry.learner), decided.output, config["params"],
             entry.learner.summary(),
         )
         store.touch_learner(lid)
@@ -592,7 +592,7 @@ class Processor:
         config = entry.config
         stats.on_truth(
             entry.stats,
-            config["family"],
+            type(entry.learner),
             record.output_value(),
             truth.model_dump(exclude=ENVELOPE),
             config["params"],
@@ -668,4 +668,4 @@ class Processor:
         entry = self.store.learners.get(learner_id)
         if entry is None:
             return None
-        return stats.gauges(entry.config["family"], entry.stats, entry.learner.summary())
+        return stats.gauges(type(entry.learner), entry.stats, entry.learner.summary())

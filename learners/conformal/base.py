@@ -14,7 +14,17 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from learners.base import ContradictingFeedback, Decided, Learned, Learner, LearnerError, require
+from learners.base import (
+    ContradictingFeedback,
+    Decided,
+    Learned,
+    Learner,
+    LearnerError,
+    Stats,
+    add_stat,
+    require,
+)
+from learners.conformal.regret import conformal_round_regret
 
 
 def target_coverage(params: Mapping[str, Any]) -> float:
@@ -60,6 +70,52 @@ class ConformalLearner(Learner):
     @classmethod
     def parameters(cls) -> frozenset[str]:
         return frozenset(cls.PARAMS | {"target_coverage"})
+
+    @classmethod
+    def stats_on_decided(
+        cls,
+        stats: Stats,
+        output: Mapping[str, Any],
+        params: Mapping[str, Any],
+        summary: Mapping[str, Any],
+    ) -> None:
+        add_stat(stats, "set_size", float(output["set_size"]))
+        estimate = summary.get("miscoverage_estimate")
+        if estimate is None:
+            feedback = stats.get("feedback", 0.0)
+            estimate = 1.0 - stats.get("covered", 0.0) / feedback if feedback else 0.0
+        target = 1.0 - target_coverage(params)
+        add_stat(stats, "regret_estimate", conformal_round_regret(float(estimate), target))
+
+    @classmethod
+    def stats_on_truth(
+        cls,
+        stats: Stats,
+        output: Mapping[str, Any],
+        truth: Mapping[str, Any],
+        params: Mapping[str, Any],
+    ) -> None:
+        if truth.get("label") is not None:
+            add_stat(stats, "truth_covered", float(truth["label"] in output["labels"]))
+        if truth.get("miscoverage") is not None:
+            target = truth.get("target_miscoverage")
+            if target is None:
+                target = 1.0 - target_coverage(params)
+            add_stat(stats, "regret_exact", conformal_round_regret(truth["miscoverage"], target))
+
+    @classmethod
+    def stats_gauges(
+        cls, stats: Stats, summary: Mapping[str, Any], values: dict[str, Any]
+    ) -> None:
+        decisions, feedback = stats.get("decisions", 0.0), stats.get("feedback", 0.0)
+        if feedback:
+            values["coverage"] = stats.get("covered", 0.0) / feedback
+        if decisions:
+            values["mean_set_size"] = stats.get("set_size", 0.0) / decisions
+        values["regret_estimate"] = stats.get("regret_estimate", 0.0)
+        if stats.get("truth_rounds"):
+            values["regret_exact"] = stats.get("regret_exact", 0.0)
+            values["coverage_exact"] = stats.get("truth_covered", 0.0) / stats["truth_rounds"]
 
     @property
     @abstractmethod

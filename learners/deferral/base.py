@@ -58,10 +58,12 @@ from learners.base import (
     Learned,
     Learner,
     LearnerError,
+    Stats,
     check_state_size,
     check_unknown,
     require,
 )
+from learners.deferral.regret import opt_reward, record_truth
 
 FEEDBACK_MODES = ("full", "bandit")
 NORM_TOLERANCE = 1e-9
@@ -158,6 +160,27 @@ class DeferralLearner(Learner):
     @classmethod
     def parameters(cls) -> frozenset[str]:
         return frozenset(Settings.PARAMS | cls.PARAMS)
+
+    @classmethod
+    def stats_on_truth(
+        cls,
+        stats: Stats,
+        output: Mapping[str, Any],
+        truth: Mapping[str, Any],
+        params: Mapping[str, Any],
+    ) -> None:
+        if truth.get("model_reward") is not None:
+            record_truth(stats, bool(output.get("defer")), truth)
+
+    @classmethod
+    def stats_gauges(
+        cls, stats: Stats, summary: Mapping[str, Any], values: dict[str, Any]
+    ) -> None:
+        if stats.get("truth_rounds") and "budget" in summary:
+            horizon = float(summary.get("horizon") or stats["truth_rounds"])
+            budget = float(summary["budget"]) * stats["truth_rounds"] / horizon  # pro-rated
+            values["opt_reward"] = opt_reward(stats, budget)
+            values["regret_exact"] = values["opt_reward"] - stats.get("truth_reward", 0.0)
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

@@ -27,6 +27,7 @@ import numpy as np
 
 from learners.base import LearnerError
 from learners.conformal.base import ConformalLearner
+from learners.conformal.regret import conformal_round_regret
 from learners.registry import learner_class
 from offline.evaluation.replay import (
     Delay,
@@ -41,7 +42,6 @@ from offline.evaluation.replay import (
     replay_config,
     replay_summary,
 )
-from processors.stats import conformal_round_regret
 from schemas.events import Context, LearnerConfig
 from schemas.parsing import Limits, Rejected, parse_event
 

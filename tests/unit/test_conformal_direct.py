@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from learners.conformal.regret import conformal_round_regret
 from offline.evaluation.conformal import ConformalTask, read_log, replay_direct
 from offline.evaluation.replay import Delay, LogError, ReplayError, replay
-from processors.stats import conformal_round_regret
 from streams.cli import main
 
 ROUNDS = 1500

@@ -603,7 +603,8 @@ def test_deferral_regret_against_opt_from_truth() -> None:
                  "human_reward": human, "human_cost": cost}
         assert p.on_truth(encode(truth), Source("truth"), float(i)).dead_letters == []
     entry = p.store.learners["d"]
-    values = learner_stats.gauges("deferral", entry.stats, {"budget": 20.0, "horizon": 400})
+    summary = {"budget": 20.0, "horizon": 400}
+    values = learner_stats.gauges(type(entry.learner), entry.stats, summary)
     model, human, cost, deferred = (np.array(c) for c in zip(*rows, strict=True))
     exact = fractional_knapsack_opt(model, human, cost, 20.0).value
     reward = float(np.where(deferred, human, model).sum())
