@@ -37,6 +37,7 @@ import signal
 import time
 import urllib.error
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -58,6 +59,8 @@ PREFIX = "faultkill"
 PARTITIONS = 4
 SEED = int(os.environ.get("FAULT_SEED", "20261123"))
 RATE = 150.0  # contexts per second
+# What a run found, quoted by docs/results/fault_suite.md.
+REPORT = Path(os.environ.get("FAULT_KILLS_REPORT", "runs/fault/kills.json"))
 CONFORMAL = ["fk-c0", "fk-c1", "fk-c2", "fk-c3"]
 DEFERRAL = ["fk-d0", "fk-d1"]
 LEARNERS = CONFORMAL + DEFERRAL
@@ -328,10 +331,18 @@ def test_kill_minus_nine_with_two_or_three_workers(
         assert deferred, "the learner deferred some cases"
 
     claims = sum(1 for partition in commits.values() for _, c in partition if c.claim)
-    print(
-        f"\nfault (b): {faults} with 2-3 workers, {len(app.contexts)} contexts at "
-        f"{RATE:.0f}/s, {app.copies} decisions published again (identical), {claims} claims, "
-        f"{len(app.unanswered)} unanswered (expired), {len(late)} answered after the "
-        f"deadline (dead-lettered), {app.duplicates} duplicate parts sent; "
-        f"{time.monotonic() - started:.0f}s"
-    )
+    summary = {
+        "seed": SEED,
+        "faults": dict(faults),
+        "contexts": len(app.contexts),
+        "rate": RATE,
+        "decisions_published_again": app.copies,
+        "claims": claims,
+        "unanswered_expired": len(app.unanswered),
+        "answered_after_deadline": len(late),
+        "duplicate_parts_sent": app.duplicates,
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    REPORT.parent.mkdir(parents=True, exist_ok=True)
+    REPORT.write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"\nfault (b), written to {REPORT}: {json.dumps(summary)}")
