@@ -70,11 +70,6 @@ class Learner(ABC):
     algorithm: ClassVar[str]
     #: The algorithm's own parameters (families add their common ones in ``parameters``).
     PARAMS: ClassVar[set[str]] = set()
-    #: The feedback fields the family reads (besides the envelope and ``part``); feedback
-    #: carrying any other field is another family's and is refused.
-    FEEDBACK_FIELDS: ClassVar[frozenset[str]]
-    #: The context fields the family reads; a context carrying any other is refused.
-    CONTEXT_FIELDS: ClassVar[frozenset[str]]
 
     @classmethod
     def parameters(cls) -> frozenset[str]:

@@ -1,46 +1,94 @@
-"""Family and algorithm names -> learner classes.
+"""Families and algorithms by name: the one place that lists the learner families.
 
-Each family package exposes ``ALGORITHMS: dict[str, type[Learner]]``; families are imported
-lazily so that, e.g., the torch-based learners cost nothing until used.
+Each family declares its front door, a :class:`learners.family.Family` (``FAMILY`` in its
+``family`` module): event fields, gauges, evaluation task, log builders, and the module of its
+algorithms (``ALGORITHMS: dict[str, type[Learner]]``, imported when first used, so that, e.g.,
+the torch-based learners cost nothing until then). Adding a family is one line in
+:data:`FAMILIES`; a family defined elsewhere (a plug-in, a test) is added with
+:func:`register` (see docs/adding_a_family.md).
+
+>>> sorted(families())
+['conformal', 'deferral', 'graph_cb', 'prob_graph']
+>>> sorted(algorithms("prob_graph"))
+['lp_policy', 'thompson', 'ucb_n']
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 from learners.base import Learner, LearnerError
+from learners.family import Family
 
+# name -> module defining its FAMILY
 FAMILIES: dict[str, str] = {
-    "conformal": "learners.conformal",
-    "graph_cb": "learners.graph_cb",
-    "deferral": "learners.deferral",
-    "prob_graph": "learners.prob_graph",
+    "conformal": "learners.conformal.family",
+    "graph_cb": "learners.graph_cb.family",
+    "deferral": "learners.deferral.family",
+    "prob_graph": "learners.prob_graph.family",
 }
+_registered: dict[str, Family] = {}
 
 
-def algorithms(family: str) -> dict[str, type[Learner]]:
-    """The selectable algorithms of ``family``."""
-    if family not in FAMILIES:
-        raise LearnerError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
+def family(name: str) -> Family:
+    """The front door of family ``name``; a clear error lists the known families."""
+    if name in _registered:
+        return _registered[name]
+    if name not in FAMILIES:
+        known = ", ".join([*FAMILIES, *_registered])
+        raise LearnerError(f"unknown family {name!r}; known: {known}")
+    declared: Family = importlib.import_module(FAMILIES[name]).FAMILY
+    return declared
+
+
+def families() -> dict[str, Family]:
+    """Every family, the built-in ones first, in :data:`FAMILIES` order."""
+    return {name: family(name) for name in [*FAMILIES, *_registered]}
+
+
+def register(declared: Family) -> None:
+    """Adds a family defined outside this package. Its event fields must be fields the event
+    schemas already have (the schemas are built from the families known when
+    :mod:`schemas` is first imported), with the same types."""
+    if declared.name in FAMILIES or declared.name in _registered:
+        raise LearnerError(f"family {declared.name!r} is already registered")
+    events = sys.modules.get("schemas.events")
+    if events is not None:
+        events.check_declared(declared)
+    _registered[declared.name] = declared
+
+
+def unregister(name: str) -> None:
+    """Removes a family added by :func:`register`."""
+    _registered.pop(name, None)
+
+
+def algorithms(family_name: str) -> dict[str, type[Learner]]:
+    """The selectable algorithms of ``family_name``."""
+    module_name = family(family_name).algorithms
     try:
-        module = importlib.import_module(FAMILIES[family])
+        module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        raise LearnerError(f"family {family!r} is not available in this build: {exc}") from exc
+        raise LearnerError(
+            f"family {family_name!r} is not available in this build: {exc}"
+        ) from exc
     return dict(module.ALGORITHMS)
 
 
-def learner_class(family: str, algorithm: str) -> type[Learner]:
-    """The class for ``family``/``algorithm``; a clear error lists the valid names."""
-    known = algorithms(family)
+def learner_class(family_name: str, algorithm: str) -> type[Learner]:
+    """The class for ``family_name``/``algorithm``; a clear error lists the valid names."""
+    known = algorithms(family_name)
     if algorithm not in known:
         raise LearnerError(
-            f"unknown algorithm {algorithm!r} for family {family!r}; known: {', '.join(known)}"
+            f"unknown algorithm {algorithm!r} for family {family_name!r}; "
+            f"known: {', '.join(known)}"
         )
     return known[algorithm]
 
 
-def make_learner(family: str, algorithm: str, params: Mapping[str, Any]) -> Learner:
+def make_learner(family_name: str, algorithm: str, params: Mapping[str, Any]) -> Learner:
     """A fresh learner; raises :class:`LearnerError` for unknown names or bad parameters."""
-    return learner_class(family, algorithm).from_params(params)
+    return learner_class(family_name, algorithm).from_params(params)

@@ -35,7 +35,7 @@ import numpy as np
 import orjson
 
 from learners.base import ContradictingFeedback, Learned, Learner, LearnerError
-from learners.registry import learner_class, make_learner
+from learners.registry import family, learner_class, make_learner
 from processors import stats
 from processors.records import (
     DecisionRecord,
@@ -370,7 +370,7 @@ class Processor:
             return out
         config = entry.config
         fields = context.model_dump(exclude=ENVELOPE, exclude_none=True)
-        accepted = type(entry.learner).CONTEXT_FIELDS
+        accepted = family(config["family"]).context
         foreign = sorted(name for name in fields if name not in accepted)
         if foreign:
             takes = ", ".join(sorted(accepted)) or "no fields beyond the envelope"
@@ -508,7 +508,7 @@ class Processor:
                 f"decided by learner version {record.version}, which has since been "
                 f"reconfigured to version {entry.version}",
             )
-        accepted = type(entry.learner).FEEDBACK_FIELDS
+        accepted = family(entry.config["family"]).feedback
         foreign = sorted(name for name in fields if name not in accepted and name != "part")
         if foreign:
             return dead(

@@ -14,7 +14,6 @@ models (``banditflow schemas --write``) and a test fails when the two drift apar
 from __future__ import annotations
 
 from schemas.events import (
-    FAMILIES,
     SCHEMA_VERSION,
     Context,
     DeadLetter,
@@ -35,7 +34,6 @@ MODELS = {
 }
 
 __all__ = [
-    "FAMILIES",
     "MODELS",
     "SCHEMA_VERSION",
     "Context",

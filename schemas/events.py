@@ -1,19 +1,26 @@
-"""Pydantic models of every record on banditflow's topics."""
+"""Pydantic models of every record on banditflow's topics.
+
+The envelope (learner id, event id, time, version) is declared here; the fields each family's
+contexts, feedback and truth carry are declared by the family (learners.family) and added
+from the registry when this module is imported.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from learners.base import LearnerError
+from learners.family import Family, FieldSpec
+from learners.registry import families
 
 SCHEMA_VERSION = 1
-FAMILIES = ("conformal", "graph_cb", "deferral", "prob_graph")
 
 Id = Annotated[str, Field(min_length=1, max_length=256)]
 LearnerId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
-# An integer label is a 64-bit integer: decisions and the state log encode it as one.
-Label = str | Annotated[int, Field(ge=-(2**63), lt=2**63)]
 
 
 class Record(BaseModel):
@@ -29,12 +36,25 @@ class Record(BaseModel):
 class LearnerConfig(Record):
     """Creates or reconfigures a learner (compacted ``learners`` topic, key = learner_id)."""
 
-    family: Literal["conformal", "graph_cb", "deferral", "prob_graph"]
+    family: str = Field(json_schema_extra={"enum": list(families())})
     algorithm: Annotated[str, Field(min_length=1, max_length=64)]
     params: dict[str, Any] = Field(default_factory=dict)
     seed: int = Field(0, ge=0, lt=2**63)
     feedback_timeout_s: float = Field(300.0, gt=0)
     early_feedback_grace_s: float = Field(30.0, ge=0)
+
+    @field_validator("family")
+    @classmethod
+    def _known_family(cls, name: str) -> str:
+        # Checked against the registry when the config is read, so that a family registered
+        # later (learners.registry.register) is accepted too.
+        known = list(families())
+        if name not in known:
+            expected = ", ".join(repr(n) for n in known[:-1]) + f" or {known[-1]!r}"
+            raise PydanticCustomError(
+                "literal_error", "Input should be {expected}", {"expected": expected}
+            )
+        return name
 
     @field_validator("params")
     @classmethod
@@ -50,90 +70,92 @@ class LearnerConfig(Record):
         return params
 
 
-class Context(Record):
-    """A context event: the application asks for a decision."""
-
+class _Context(Record):
     event_id: Id
-    labels: list[Label] | None = Field(None, description="conformal: candidate labels")
-    scores: list[float] | None = Field(None, description="conformal: one score per label")
-    features: list[float] | list[list[float]] | None = Field(
-        None, description="graph_cb / deferral: a feature vector, or one per action"
-    )
-    graph: list[list[float]] | None = Field(
-        None, description="graph_cb: per-event feedback graph, G[a][j] = P(a reveals j)"
-    )
-
-    @field_validator("labels")
-    @classmethod
-    def _unique_labels(cls, labels: list[Label] | None) -> list[Label] | None:
-        if labels is not None:
-            seen: set[Label] = set()
-            for label in labels:
-                if label in seen:
-                    raise ValueError(f"duplicate label {label!r}: labels must be unique")
-                seen.add(label)
-        return labels
-
-    @model_validator(mode="after")
-    def _scores_match_labels(self) -> Context:
-        if (self.labels is None) != (self.scores is None):
-            raise ValueError("'labels' and 'scores' go together")
-        if self.labels is not None and len(self.labels) != len(self.scores or []):
-            raise ValueError(
-                f"'labels' and 'scores' must have equal length, "
-                f"got {len(self.labels)} and {len(self.scores or [])}"
-            )
-        return self
 
 
-class Feedback(Record):
-    """Whatever the application observed for an earlier decision (same event_id)."""
-
+class _Feedback(Record):
     event_id: Id
     part: Annotated[str, Field(min_length=1, max_length=32)] | None = Field(
         None, description="which part of a multi-part feedback this is (deferral: model|human)"
     )
-    label: Label | None = Field(None, description="conformal: the true label, if it was in the set")
-    missed: bool | None = Field(
-        None, description="conformal: true when the label was not in the set"
-    )
-    losses: dict[str, float] | None = Field(None, description="graph_cb: revealed action -> loss")
-    model_reward: float | None = None
-    human_reward: float | None = None
-    human_cost: float | None = Field(None, ge=0)
-    rewards: dict[str, float] | None = Field(None, description="prob_graph: revealed arm -> reward")
-    complete: bool | None = Field(None, description="prob_graph: no more feedback will follow")
 
     @model_validator(mode="after")
-    def _consistent(self) -> Feedback:
-        if self.label is not None and self.missed:
-            raise ValueError("give either 'label' (covered) or 'missed': true, not both")
-        payload = (
-            "label",
-            "missed",
-            "losses",
-            "model_reward",
-            "human_reward",
-            "rewards",
-            "complete",
-        )
-        if all(getattr(self, name) is None for name in payload):
-            raise ValueError(f"feedback carries nothing; expected one of {', '.join(payload)}")
+    def _carries_something(self) -> _Feedback:
+        if all(getattr(self, name) is None for name in FEEDBACK_PAYLOAD):
+            raise ValueError(
+                f"feedback carries nothing; expected one of {', '.join(FEEDBACK_PAYLOAD)}"
+            )
         return self
 
 
-class Truth(Record):
-    """Full ground truth for an event, read only by the metrics side (simulation, audits)."""
-
+class _Truth(Record):
     event_id: Id
-    label: Label | None = None
-    miscoverage: float | None = Field(
-        None, ge=0, le=1, description="conformal: G*(threshold used) of the environment"
-    )
-    target_miscoverage: float | None = Field(None, ge=0, le=1)
-    model_reward: float | None = Field(None, description="deferral: the model's realised reward")
-    human_reward: float | None = Field(None, description="deferral: the human's realised reward")
-    human_cost: float | None = Field(None, ge=0, description="deferral: the human's realised cost")
+
+
+def _fields(kind: str) -> dict[str, FieldSpec]:
+    """The ``kind`` fields (context, feedback or truth) of every family, in registry order;
+    a field two families declare must be the same spec."""
+    merged: dict[str, FieldSpec] = {}
+    for declared in families().values():
+        for name, spec in getattr(declared, kind).items():
+            if name in merged and repr(merged[name]) != repr(spec):
+                raise RuntimeError(f"families declare {kind} field {name!r} differently")
+            merged.setdefault(name, spec)
+    return merged
+
+
+def _validators(kind: str) -> dict[str, Any]:
+    return {
+        f"{name}{validator_name}": validator
+        for name, declared in families().items()
+        for validator_name, validator in getattr(declared, f"{kind}_validators").items()
+    }
+
+
+def check_declared(declared: Family) -> None:
+    """Raises :class:`LearnerError` unless every event field of ``declared`` is one the
+    models below already have, with the same spec (see learners.registry.register)."""
+    for kind, model in (("context", Context), ("feedback", Feedback), ("truth", Truth)):
+        have = _fields(kind)
+        for name, spec in getattr(declared, kind).items():
+            if name not in model.model_fields or repr(have.get(name)) != repr(spec):
+                raise LearnerError(
+                    f"family {declared.name!r}: {kind} field {name!r} is not in the event "
+                    "schemas; add the family to learners.registry.FAMILIES instead"
+                )
+
+
+# Feedback fields that say something on their own; the others qualify them (deferral's
+# human_cost comes with human_reward).
+FEEDBACK_PAYLOAD = tuple(
+    name for declared in families().values() for name in declared.feedback
+    if name not in declared.feedback_qualifiers
+)
+
+Context = create_model(  # type: ignore[call-overload]
+    "Context",
+    __base__=_Context,
+    __module__=__name__,
+    __doc__="A context event: the application asks for a decision.",
+    __validators__=_validators("context"),
+    **_fields("context"),
+)
+Feedback = create_model(  # type: ignore[call-overload]
+    "Feedback",
+    __base__=_Feedback,
+    __module__=__name__,
+    __doc__="Whatever the application observed for an earlier decision (same event_id).",
+    __validators__=_validators("feedback"),
+    **_fields("feedback"),
+)
+Truth = create_model(  # type: ignore[call-overload]
+    "Truth",
+    __base__=_Truth,
+    __module__=__name__,
+    __doc__="Full ground truth for an event, read only by the metrics side (simulation, audits).",
+    **_fields("truth"),
+)
 
 
 class Decision(Record):

@@ -18,6 +18,7 @@ from prometheus_client import (
     Counter as PromCounter,
 )
 
+from learners.registry import families
 from processors.records import Outcome
 from processors.sink import Sink
 
@@ -26,25 +27,26 @@ disable_created_metrics()
 
 LEARNER_LABELS = ("learner_id", "family", "algorithm")
 
-# Gauges exported per learner, with their help text. Anything else a learner reports in its
-# summary is exported as banditflow_learner_value{name=...}.
+# Gauges every learner exports, with their help text; each family adds its own (its front
+# door's ``gauges``). Anything else a learner reports in its summary is exported as
+# banditflow_learner_value{name=...}.
 LEARNER_GAUGES: dict[str, str] = {
-    "coverage": "Fraction of settled decisions whose set covered the true label (conformal)",
-    "coverage_target": "Target coverage of the learner (conformal)",
-    "coverage_exact": "Coverage computed from ground truth (conformal, truth topic)",
-    "mean_set_size": "Mean prediction-set size (conformal)",
-    "threshold": "Current score threshold tau; -Inf means the full label set (conformal)",
     "decisions": "Decisions made by the current learner version",
     "feedback": "Decisions whose feedback is complete (or timed out)",
     "timeouts": "Decisions settled by the feedback timeout",
-    "mean_loss": "Progressive-validation loss (graph_cb)",
     "mean_reward": "Mean realised reward",
-    "dual_price": "Dual price of the budget constraint (deferral)",
-    "budget_spent": "Budget spent in the current period (deferral)",
-    "budget_remaining": "Budget remaining in the current period (deferral)",
-    "opt_reward": "OPT of the rounds with ground truth, budget pro-rated (deferral)",
-    "deferral_rate": "Fraction of decisions deferred to the human (deferral)",
 }
+
+
+def learner_gauges() -> dict[str, str]:
+    """Every ``banditflow_learner_<name>`` gauge with its help text: the common ones, then
+    each family's."""
+    gauges = dict(LEARNER_GAUGES)
+    for declared in families().values():
+        for name, text in declared.gauges.items():
+            if gauges.setdefault(name, text) != text:
+                raise RuntimeError(f"gauge {name!r} is declared twice, with different help")
+    return gauges
 
 
 class PrometheusSink(Sink):
@@ -93,15 +95,14 @@ class PrometheusSink(Sink):
             (*LEARNER_LABELS, "kind"),
             registry=r,
         )
-        self.arm_pulls = Gauge(
-            "banditflow_arm_pulls",
-            "Pulls per arm (prob_graph)",
-            (*LEARNER_LABELS, "arm"),
-            registry=r,
-        )
+        self.arm_gauges = {
+            name: Gauge(f"banditflow_{name}", text, (*LEARNER_LABELS, "arm"), registry=r)
+            for declared in families().values()
+            for name, text in declared.arm_gauges.items()
+        }
         self.gauges = {
             name: Gauge(f"banditflow_learner_{name}", text, LEARNER_LABELS, registry=r)
-            for name, text in LEARNER_GAUGES.items()
+            for name, text in learner_gauges().items()
         }
         self.other = Gauge(
             "banditflow_learner_value",
@@ -202,9 +203,9 @@ class PrometheusSink(Sink):
                 self.regret.labels(*labels, "estimate").set(float(value))  # type: ignore[arg-type]
             elif name == "regret_exact":
                 self.regret.labels(*labels, "exact").set(float(value))  # type: ignore[arg-type]
-            elif name == "arm_pulls" and isinstance(value, list):
-                for arm, pulls in enumerate(value):
-                    self.arm_pulls.labels(*labels, str(arm)).set(pulls)
+            elif name in self.arm_gauges and isinstance(value, list):
+                for arm, arm_value in enumerate(value):
+                    self.arm_gauges[name].labels(*labels, str(arm)).set(arm_value)
             elif isinstance(value, list):
                 continue
             elif name in self.gauges:
@@ -214,7 +215,8 @@ class PrometheusSink(Sink):
 
     def forget(self, learner_id: str) -> None:
         self._exported.discard(learner_id)
-        for metric in (self.regret, self.arm_pulls, self.other, *self.gauges.values()):
+        metrics = (self.regret, self.other, *self.arm_gauges.values(), *self.gauges.values())
+        for metric in metrics:
             for labels in list(metric._metrics):
                 if labels[0] == learner_id:
                     metric.remove(*labels)

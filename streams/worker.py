@@ -44,7 +44,7 @@ from aiokafka.protocol.group import LeaveGroupRequest
 from aiokafka.structs import ConsumerRecord
 
 from learners.base import LearnerError
-from learners.registry import FAMILIES, algorithms
+from learners.registry import algorithms, families
 from processors import Emitted, PartitionStore, Processor, Source, StreamTimes
 from processors.store import Changes
 from schemas import DeadLetter, Limits
@@ -322,7 +322,7 @@ def preload_families() -> None:
     """Import every learner family (on a thread, at start): the first config of a family
     would otherwise stall the event loop for the import (numba loads graph_cb's kernels),
     long enough to miss a heartbeat."""
-    for family in FAMILIES:
+    for family in families():
         with contextlib.suppress(LearnerError):
             algorithms(family)
     # The modules imported by now are some 160,000 objects that live as long as the process;

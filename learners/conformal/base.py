@@ -64,8 +64,6 @@ class ConformalLearner(Learner):
     """Base of the conformal family. ``threshold`` is -inf for the full set."""
 
     family: ClassVar[str] = "conformal"
-    FEEDBACK_FIELDS: ClassVar[frozenset[str]] = frozenset({"label", "missed"})
-    CONTEXT_FIELDS: ClassVar[frozenset[str]] = frozenset({"labels", "scores"})
 
     @classmethod
     def parameters(cls) -> frozenset[str]:

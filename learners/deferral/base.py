@@ -151,10 +151,6 @@ class DeferralLearner(Learner):
     """Base of the deferral family: subclasses implement ``choose`` (and may learn)."""
 
     family: ClassVar[str] = "deferral"
-    FEEDBACK_FIELDS: ClassVar[frozenset[str]] = frozenset(
-        {"model_reward", "human_reward", "human_cost"}
-    )
-    CONTEXT_FIELDS: ClassVar[frozenset[str]] = frozenset({"features"})
     PARAMS: ClassVar[set[str]] = set()  # the algorithm's own parameters
 
     @classmethod
@@ -370,7 +366,7 @@ class DeferralLearner(Learner):
         self.partial = {str(key): list(parts) for key, parts in state["partial"].items()}
 
     def summary(self) -> dict[str, float | list[float]]:
-        """Live values, named as the worker's gauges (``streams.metrics.LEARNER_GAUGES``):
+        """Live values, named as the family's gauges (``learners.deferral.family``):
         ``budget`` (B per period of ``horizon`` rounds), ``budget_spent`` (settled cost),
         ``budget_reserved`` (outstanding reservations), ``budget_remaining``
         (``B - spent - reserved``), and the current period's ``deferral_rate``; all of the

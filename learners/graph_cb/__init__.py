@@ -15,13 +15,20 @@ constant-factor closed forms of the other named graphs only on request) and
 0.2
 """
 
-from learners.base import Learner
-from learners.graph_cb.algorithms import EpsilonGreedy, SquareCB, SquareCBG
-from learners.graph_cb.solver import (
-    SOLVERS,
-    WarmStart,
-    decision_estimation_coefficient,
-    min_dec_distribution,
+from learners.family import lazy_package
+
+__getattr__ = lazy_package(
+    __name__,
+    {
+        "EpsilonGreedy": "learners.graph_cb.algorithms",
+        "SquareCB": "learners.graph_cb.algorithms",
+        "SquareCBG": "learners.graph_cb.algorithms",
+        "SOLVERS": "learners.graph_cb.solver",
+        "WarmStart": "learners.graph_cb.solver",
+        "decision_estimation_coefficient": "learners.graph_cb.solver",
+        "min_dec_distribution": "learners.graph_cb.solver",
+    },
+    {"squarecb_g": "SquareCBG", "squarecb": "SquareCB", "epsilon_greedy": "EpsilonGreedy"},
 )
 
 __all__ = [
@@ -34,9 +41,3 @@ __all__ = [
     "decision_estimation_coefficient",
     "min_dec_distribution",
 ]
-
-ALGORITHMS: dict[str, type[Learner]] = {
-    "squarecb_g": SquareCBG,
-    "squarecb": SquareCB,
-    "epsilon_greedy": EpsilonGreedy,
-}

@@ -55,8 +55,6 @@ class GraphCBLearner(Learner):
     """Base of the graph_cb family; subclasses choose p from (fhat, G, gamma)."""
 
     family: ClassVar[str] = "graph_cb"
-    FEEDBACK_FIELDS: ClassVar[frozenset[str]] = frozenset({"losses"})
-    CONTEXT_FIELDS: ClassVar[frozenset[str]] = frozenset({"features", "graph"})
     COMMON_PARAMS: ClassVar[set[str]] = {
         "actions", "graph", "graph_kind", "feature_dim", "feature_layout", "update",
         "learning_rate", "ridge", "bias", "oracle", "hidden_size", "oracle_seed",

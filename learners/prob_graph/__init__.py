@@ -13,17 +13,19 @@ lower-bound constant ``C*(theta)``, :func:`reachability` estimates the cascade c
 2.0
 """
 
-from learners.base import Learner
-from learners.prob_graph.baselines import UCBN, ThompsonSampling
-from learners.prob_graph.bound import lower_bound_constant
-from learners.prob_graph.graph import reachability
-from learners.prob_graph.lp_policy import LPPolicy
+from learners.family import lazy_package
 
-ALGORITHMS: dict[str, type[Learner]] = {
-    "lp_policy": LPPolicy,
-    "ucb_n": UCBN,
-    "thompson": ThompsonSampling,
-}
+__getattr__ = lazy_package(
+    __name__,
+    {
+        "UCBN": "learners.prob_graph.baselines",
+        "ThompsonSampling": "learners.prob_graph.baselines",
+        "lower_bound_constant": "learners.prob_graph.bound",
+        "reachability": "learners.prob_graph.graph",
+        "LPPolicy": "learners.prob_graph.lp_policy",
+    },
+    {"lp_policy": "LPPolicy", "ucb_n": "UCBN", "thompson": "ThompsonSampling"},
+)
 
 __all__ = [
     "ALGORITHMS",

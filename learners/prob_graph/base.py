@@ -96,8 +96,6 @@ class ProbGraphLearner(Learner):
     """
 
     family: ClassVar[str] = "prob_graph"
-    FEEDBACK_FIELDS: ClassVar[frozenset[str]] = frozenset({"rewards", "complete"})
-    CONTEXT_FIELDS: ClassVar[frozenset[str]] = frozenset()
     COMMON_PARAMS: ClassVar[set[str]] = {"arms", "edges", "rewards", "case", "warmup_observations"}
     PARAMS: ClassVar[set[str]] = set()
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -20,24 +19,26 @@ from typing import Any
 
 import numpy as np
 
+from learners.registry import families
 from offline.evaluation.replay import Delay, Progress, replay
 from offline.evaluation.report import comparison_table, plot_curves, write_run
 
-TASKS = {family: f"offline.evaluation.{family}" for family in
-         ("conformal", "graph_cb", "deferral", "prob_graph")}
+
+def tasks() -> dict[str, str]:
+    """Family -> module of its evaluation task, as each family's front door declares it."""
+    return {name: declared.evaluation for name, declared in families().items()
+            if declared.evaluation is not None}
 
 
 def task_module(family: str) -> ModuleType:
-    try:
-        return importlib.import_module(TASKS[family])
-    except ModuleNotFoundError as exc:
-        if exc.name != TASKS[family]:
-            raise
-        raise SystemExit(f"evaluation of family {family!r} is not available yet") from None
+    module = tasks().get(family)
+    if module is None:
+        raise SystemExit(f"family {family!r} has no evaluation task")
+    return importlib.import_module(module)
 
 
 def available_families() -> list[str]:
-    return [f for f in sorted(TASKS) if importlib.util.find_spec(TASKS[f]) is not None]
+    return sorted(tasks())
 
 
 def add_evaluate_options(parser: argparse.ArgumentParser) -> None:

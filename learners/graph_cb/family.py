@@ -1,0 +1,28 @@
+"""The graph_cb family's front door (see :mod:`learners.family`)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from learners.family import Family
+from learners.fields import FEATURES
+
+FAMILY = Family(
+    name="graph_cb",
+    algorithms="learners.graph_cb",
+    context={
+        "features": FEATURES,
+        "graph": (
+            list[list[float]] | None,
+            Field(None, description="graph_cb: per-event feedback graph, G[a][j] = P(a reveals j)"),
+        ),
+    },
+    feedback={
+        "losses": (
+            dict[str, float] | None, Field(None, description="graph_cb: revealed action -> loss")
+        ),
+    },
+    gauges={"mean_loss": "Progressive-validation loss (graph_cb)"},
+    evaluation="offline.evaluation.graph_cb",
+    logs=("offline.logs.graph_cb",),
+)

@@ -1,0 +1,24 @@
+"""The prob_graph family's front door (see :mod:`learners.family`)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from learners.family import Family
+
+FAMILY = Family(
+    name="prob_graph",
+    algorithms="learners.prob_graph",
+    feedback={
+        "rewards": (
+            dict[str, float] | None,
+            Field(None, description="prob_graph: revealed arm -> reward"),
+        ),
+        "complete": (
+            bool | None, Field(None, description="prob_graph: no more feedback will follow")
+        ),
+    },
+    arm_gauges={"arm_pulls": "Pulls per arm (prob_graph)"},
+    evaluation="offline.evaluation.prob_graph",
+    logs=("offline.logs.prob_graph",),
+)
