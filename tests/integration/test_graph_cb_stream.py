@@ -118,16 +118,16 @@ def test_graph_cb_decisions_feedback_state_and_metrics(
     assert entry is not None
     assert entry["state"]["oracle"]["updates"] == revealed_total
     assert entry["stats"]["revealed"] == revealed_total
-    assert entry["state"]["loss_count"] == EVENTS
+    assert entry["stats"]["loss_observed"] == EVENTS
     assert entry["state"]["schedule"]["learn_calls"] == EVENTS
 
     text = worker.metrics()
     pv_loss = float(np.mean(played_losses))
     assert value(text, "banditflow_learner_decisions", learner_id=LID) == EVENTS
     assert value(text, "banditflow_learner_feedback", learner_id=LID) == EVENTS
-    # Progressive-validation loss: the stats' mean and the learner's own summary.
+    # Progressive-validation loss, exported once.
     assert value(text, "banditflow_learner_mean_loss", learner_id=LID) == pytest.approx(pv_loss)
-    learner_values = {dict(labels)["name"]: v for (name, labels), v in samples(text).items()
+    learner_values = {dict(labels)["name"] for (name, labels), _ in samples(text).items()
                       if name == "banditflow_learner_value" and ("learner_id", LID) in labels}
-    assert learner_values["pv_loss"] == pytest.approx(pv_loss)
+    assert "pv_loss" not in learner_values
     assert value(text, "banditflow_feedback_delay_seconds_count") == EVENTS

@@ -65,11 +65,10 @@ def test_decision_output_and_pending(algorithm: str) -> None:
 def test_squarecb_g_learns_far_better_than_uniform() -> None:
     params = {"actions": 5, "feature_dim": 4, "update": "rls", "gamma_c": 8.0}
     learner = ALGORITHMS["squarecb_g"].from_params(params)
-    loss, regret = run(learner, seed=7, rounds=1500)
+    _, regret = run(learner, seed=7, rounds=1500)
     uniform_regret = np.mean([m.mean() - m.min() for *_, m in
                               stream(np.random.default_rng(7), 1500, 5, 4)])
     assert regret < 0.35 * uniform_regret
-    assert learner.summary()["pv_loss"] == pytest.approx(loss)
 
 
 def test_baselines_learn_from_every_revealed_loss() -> None:

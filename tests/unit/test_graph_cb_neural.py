@@ -109,7 +109,6 @@ def test_learns_far_better_than_uniform(hidden_size: int) -> None:
     _, loss, uniform = play(learner, 1500)
     assert uniform > 0.4
     assert loss < uniform - 0.6  # progressive-validation loss
-    assert learner.summary()["pv_loss"] == pytest.approx(loss)
 
 
 def test_clear_error_without_torch(monkeypatch: pytest.MonkeyPatch) -> None:
