@@ -2,7 +2,8 @@
 
 Commands: ``broker`` (embedded Kafka-protocol broker), ``worker`` (the worker),
 ``simulate`` (a simulated application), ``demo`` (all of them plus a live summary),
-``schemas`` (write or check the published JSON Schemas) and ``kcat`` (Debian's kcat with a
+``schemas`` (write or check the published JSON Schemas), ``archive`` (topics into a JSONL
+archive) and ``kcat`` (Debian's kcat with a
 librdkafka that speaks to every broker banditflow supports).
 """
 
@@ -230,6 +231,27 @@ def cmd_make_log(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_archive(args: argparse.Namespace) -> int:
+    from schemas.archive import write_archive_schema
+
+    if args.write_schema:
+        print(f"wrote {write_archive_schema()}")
+        return 0
+    if args.out is None:
+        raise SystemExit("banditflow archive: --out FILE is required")
+    from streams.archive import ArchiveSettings, run_archive
+    from streams.broker import wait_for_broker
+
+    wait_for_broker(args.bootstrap)
+    settings = ArchiveSettings(args.bootstrap, args.prefix, args.out, args.from_beginning,
+                               args.until_idle)
+    tty = sys.stderr.isatty()
+    count = run_archive(settings, (lambda n: print(f"\r{n:,} records", end="", file=sys.stderr))
+                        if tty else None)
+    print(("\n" if tty else "") + f"{args.out}: {count:,} records", file=sys.stderr)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from streams.demo import run_demo
 
@@ -303,6 +325,18 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, required=True)
     p.set_defaults(func=cmd_make_log)
+
+    p = sub.add_parser("archive", help="copy the learners, contexts, decisions, feedback and "
+                                       "truth topics into one JSONL archive")
+    _common_kafka(p)
+    p.add_argument("--out", type=Path, help="the archive file to write")
+    p.add_argument("--from-beginning", action="store_true",
+                   help="start at the topics' beginning (default: at their end)")
+    p.add_argument("--until-idle", type=float, default=None, metavar="S",
+                   help="stop once no record came for S seconds (default: run until Ctrl-C)")
+    p.add_argument("--write-schema", action="store_true",
+                   help="write schemas/archive.schema.json from the models, then exit")
+    p.set_defaults(func=cmd_archive)
 
     p = sub.add_parser("schemas", help="check (default) or --write the published JSON Schemas")
     p.add_argument("--write", action="store_true")
