@@ -3,8 +3,9 @@
 Commands: ``broker`` (embedded Kafka-protocol broker), ``worker`` (the worker),
 ``simulate`` (a simulated application), ``demo`` (all of them plus a live summary),
 ``schemas`` (write or check the published JSON Schemas), ``archive`` (topics into a JSONL
-archive) and ``kcat`` (Debian's kcat with a
-librdkafka that speaks to every broker banditflow supports).
+archive), ``import-log`` (DSJSON / OBP logs into an archive), ``ope`` (off-policy evaluation)
+and ``kcat`` (Debian's kcat with a librdkafka that speaks to every broker banditflow
+supports).
 """
 
 from __future__ import annotations
@@ -252,6 +253,52 @@ def cmd_archive(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import_log(args: argparse.Namespace) -> int:
+    from offline.archive import write_archive
+    from offline.formats import import_log
+
+    try:
+        records, report = import_log(args.log, args.format, args.learner_id, args.dims)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"banditflow import-log: {exc}") from None
+    write_archive(args.out, records, source=args.format)
+    print(f"{args.out}: {report.render()}", file=sys.stderr)
+    return 0
+
+
+def cmd_ope(args: argparse.Namespace) -> int:
+    import json
+
+    from offline.archive import ArchiveError, joined_rounds, read_archive
+    from offline.formats import import_log
+    from offline.ope.evaluation import evaluate
+    from offline.ope.policies import PolicyError, parse_policy
+    from offline.ope.reward_model import FeatureError
+
+    try:
+        policies = [parse_policy(spec) for spec in args.policy]
+        if args.format == "archive":
+            records = read_archive(args.log)[1]
+        else:
+            records, report = import_log(args.log, args.format, dims=args.dims)
+            print(report.render(), file=sys.stderr)
+        rounds = joined_rounds(records)
+        learners = sorted({r.learner_id for r in rounds})
+        if args.learner_id is not None:
+            rounds = [r for r in rounds if r.learner_id == args.learner_id]
+        elif len(learners) > 1:
+            raise SystemExit(f"banditflow ope: the log holds {len(learners)} learners "
+                             f"({', '.join(learners)}): choose one with --learner-id")
+        result = evaluate(rounds, policies, args.min_propensity, args.folds, args.seed)
+    except (OSError, ArchiveError, PolicyError, FeatureError, ValueError) as exc:
+        raise SystemExit(f"banditflow ope: {exc}") from None
+    print(json.dumps(result.as_json()) if args.json else result.table())
+    if args.out is not None:
+        for path in result.write(args.out):
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from streams.demo import run_demo
 
@@ -337,6 +384,42 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--write-schema", action="store_true",
                    help="write schemas/archive.schema.json from the models, then exit")
     p.set_defaults(func=cmd_archive)
+
+    p = sub.add_parser("import-log", help="turn a Vowpal Wabbit DSJSON or an Open Bandit "
+                                          "Pipeline log into an archive")
+    p.add_argument("log", type=Path)
+    p.add_argument("--format", choices=("dsjson", "obp"), required=True,
+                   help="dsjson: one decision-service JSON event a line; obp: OBP's bandit "
+                        "feedback dictionary saved with numpy.savez (.npz) or as JSON")
+    p.add_argument("--out", type=Path, required=True, help="the archive file to write")
+    p.add_argument("--learner-id", default="imported",
+                   help="the learner id the events are filed under (default: %(default)s)")
+    p.add_argument("--dims", type=int, default=None,
+                   help="dsjson: hashed features per action (default: 64)")
+    p.set_defaults(func=cmd_import_log)
+
+    p = sub.add_parser("ope", help="off-policy evaluation of target policies on a log: IPS, "
+                                   "SNIPS and DR with 95%% intervals")
+    p.add_argument("log", type=Path, help="an archive, or a DSJSON / OBP log (--format)")
+    p.add_argument("--format", choices=("archive", "dsjson", "obp"), default="archive",
+                   help="(default: %(default)s)")
+    p.add_argument("--policy", action="append", required=True, metavar="SPEC",
+                   help="logged, uniform or constant:J (0-based action index); repeatable")
+    p.add_argument("--json", action="store_true",
+                   help='print {"rounds", "policies": [{"policy", "ips", "snips", "dr", "ess"}]}')
+    p.add_argument("--out", type=Path, default=None,
+                   help="write ope.json (with diagnostics) and ope.png into this directory")
+    p.add_argument("--learner-id", default=None,
+                   help="the learner to evaluate when the log holds several")
+    p.add_argument("--min-propensity", type=float, default=1e-3,
+                   help="propensities below this are raised to it in the weights "
+                        "(clipping; 0 for none; default: %(default)s)")
+    p.add_argument("--folds", type=int, default=5,
+                   help="cross-fitting folds of DR's reward model (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the folds (default: 0)")
+    p.add_argument("--dims", type=int, default=None,
+                   help="dsjson: hashed features per action (default: 64)")
+    p.set_defaults(func=cmd_ope)
 
     p = sub.add_parser("schemas", help="check (default) or --write the published JSON Schemas")
     p.add_argument("--write", action="store_true")
