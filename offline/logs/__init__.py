@@ -1,8 +1,9 @@
 """``banditflow make-log``: build evaluation logs from data that ships with packages.
 
 Every module in this package defines ``LOGS: dict[str, LogBuilder]``; a builder writes a
-JSONL log (the format ``banditflow evaluate --family F`` reads) and returns a short
-description of what it wrote. Builders never download anything.
+JSONL log (the format ``banditflow evaluate --family F`` reads; ``dsjson-synthetic`` writes a
+Vowpal Wabbit DSJSON log for ``banditflow ope``) and returns a short description of what it
+wrote. Builders never download anything.
 """
 
 from __future__ import annotations
