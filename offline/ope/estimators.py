@@ -34,7 +34,8 @@ class Estimate:
     ci_high: float
 
     def as_dict(self) -> dict[str, float | None]:
-        return {name: (None if math.isnan(number) else number)
+        """JSON-ready: NaN (undefined) and infinite bounds (one round) become None."""
+        return {name: (number if math.isfinite(number) else None)
                 for name, number in (("value", self.value), ("ci_low", self.ci_low),
                                      ("ci_high", self.ci_high))}
 

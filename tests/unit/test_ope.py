@@ -145,3 +145,11 @@ def test_bad_policy_specs_are_refused(spec: str) -> None:
 def test_constant_beyond_the_actions_is_refused() -> None:
     with pytest.raises(PolicyError, match="only 4 actions"):
         evaluate(synthetic_log(10, seed=0), [parse_policy("constant:4")])
+
+
+def test_json_stays_valid_when_an_interval_is_unbounded() -> None:
+    import json
+
+    report = evaluate(synthetic_log(1, seed=0), [parse_policy("uniform")])
+    (policy,) = json.loads(json.dumps(report.as_json(), allow_nan=False))["policies"]
+    assert policy["ips"]["ci_low"] is None and policy["ips"]["value"] is not None
