@@ -404,7 +404,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("archive", "dsjson", "obp"), default="archive",
                    help="(default: %(default)s)")
     p.add_argument("--policy", action="append", required=True, metavar="SPEC",
-                   help="logged, uniform or constant:J (0-based action index); repeatable")
+                   help="logged, uniform, constant:J (0-based action index) or the path of a "
+                        "learner config file (JSON: family, algorithm, params, seed; evaluated "
+                        "as it learns, explore_eval-style); repeatable")
     p.add_argument("--json", action="store_true",
                    help='print {"rounds", "policies": [{"policy", "ips", "snips", "dr", "ess"}]}')
     p.add_argument("--out", type=Path, default=None,

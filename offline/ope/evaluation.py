@@ -39,6 +39,7 @@ from offline.ope.estimators import (
     ips,
     snips,
 )
+from offline.ope.learning_policy import LearningPolicy
 from offline.ope.policies import TargetPolicy
 from offline.ope.reward_model import ActionFeatures, cross_fitted_predictions
 
@@ -53,6 +54,7 @@ class PolicyEstimates:
     snips: Estimate
     dr: Estimate
     ess: float
+    learned_from: int | None = None  # a learning policy: the rounds it learned from
 
     def as_dict(self) -> dict[str, Any]:
         return {"policy": self.policy, "ips": self.ips.as_dict(),
@@ -84,9 +86,12 @@ class OPEReport:
                 else 0.0,
                 "missing_propensity_share": self.without_propensity / self.logged if self.logged
                 else 0.0,
-                "min_propensity": self.min_propensity}
+                "min_propensity": self.min_propensity,
+                "learned_from": {p.policy: p.learned_from for p in self.policies
+                                 if p.learned_from is not None}}
 
     def table(self) -> str:
+        width = max([16, *(len(p.policy) + 2 for p in self.policies)])
         lines = [
             f"{self.rounds:,} rounds scored of {self.logged:,} logged decisions: "
             f"{self.without_reward:,} without an observed reward, "
@@ -95,12 +100,15 @@ class OPEReport:
             f"{self.tiny_propensity:,} scored with a propensity below {self.min_propensity:g}, "
             f"clipped ({_share(self.tiny_propensity, self.rounds)})",
             "",
-            f"{'policy':<16}" + "".join(f"{name.upper() + ' [95% CI]':<30}"
-                                        for name in ESTIMATORS) + "ESS",
+            f"{'policy':<{width}}" + "".join(f"{name.upper() + ' [95% CI]':<30}"
+                                             for name in ESTIMATORS) + "ESS",
         ]
         for estimates in self.policies:
             cells = "".join(f"{_interval(getattr(estimates, name)):<30}" for name in ESTIMATORS)
-            lines.append(f"{estimates.policy:<16}{cells}{estimates.ess:,.1f}")
+            lines.append(f"{estimates.policy:<{width}}{cells}{estimates.ess:,.1f}")
+        lines.extend(f"{estimates.policy}: learned from {estimates.learned_from:,} of the "
+                     f"{self.rounds:,} rounds (explore_eval acceptance)"
+                     for estimates in self.policies if estimates.learned_from is not None)
         return "\n".join(lines)
 
     def write(self, directory: Path) -> list[Path]:
@@ -157,10 +165,11 @@ def _scorable(round_: LoggedRound) -> bool:
             and round_.propensity is not None and 0.0 < round_.propensity <= 1.0)
 
 
-def evaluate(rounds: Sequence[LoggedRound], policies: Sequence[TargetPolicy],
+def evaluate(rounds: Sequence[LoggedRound], policies: Sequence[TargetPolicy | LearningPolicy],
              min_propensity: float = DEFAULT_MIN_PROPENSITY, folds: int = 5,
              seed: int = 0) -> OPEReport:
-    """IPS, SNIPS and DR estimates of every policy on ``rounds`` (see the module docstring);
+    """IPS, SNIPS and DR estimates of every policy on ``rounds`` (see the module docstring;
+    a learning policy learns as it goes through them, :mod:`offline.ope.learning_policy`);
     the DR reward model is cross-fitted over ``folds`` folds drawn with ``seed``."""
     with_propensity = [r for r in rounds if _scorable(r)]
     scored = [r for r in with_propensity if r.reward is not None]
@@ -175,10 +184,14 @@ def evaluate(rounds: Sequence[LoggedRound], policies: Sequence[TargetPolicy],
     modelled = predictions[np.arange(n), actions] if n else np.zeros(0)
     results = []
     for policy in policies:
+        if isinstance(policy, LearningPolicy):
+            targets: Sequence[np.ndarray | None] = policy.progressive_distributions(
+                scored, clipped.tolist())
+        else:
+            targets = [policy.probabilities(k, r.p) for k, r in zip(counts, scored, strict=True)]
         weights = np.empty(n)
         direct = np.empty(n)
-        for i, round_ in enumerate(scored):
-            target = policy.probabilities(counts[i], round_.p)
+        for i, target in enumerate(targets):
             if target is None:  # the logging policy, whose distribution was not logged
                 weights[i], direct[i] = 1.0, modelled[i]
             else:
@@ -190,6 +203,7 @@ def evaluate(rounds: Sequence[LoggedRound], policies: Sequence[TargetPolicy],
             snips=snips(weights, rewards),
             dr=doubly_robust(weights, rewards, direct, modelled),
             ess=effective_sample_size(weights),
+            learned_from=policy.learned_from if isinstance(policy, LearningPolicy) else None,
         ))
     return OPEReport(
         rounds=n,

@@ -4,7 +4,9 @@
   otherwise the logged action, weight 1);
 * ``uniform``: every action of the round with probability 1 / K;
 * ``constant:J``: always the action at 0-based index J of the round's action list (graph_cb:
-  action J; DSJSON: ``_multi[J]``).
+  action J; DSJSON: ``_multi[J]``);
+* the path of a learner config file: that learner, learning as it goes
+  (:mod:`offline.ope.learning_policy`).
 
 >>> policy = parse_policy("constant:2")
 >>> policy.probabilities(actions=4, logged_p=None).tolist()
@@ -16,8 +18,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+
+from offline.ope.learning_policy import LearningPolicy
 
 
 class PolicyError(ValueError):
@@ -46,7 +51,7 @@ class TargetPolicy:
         return distribution
 
 
-def parse_policy(spec: str) -> TargetPolicy:
+def parse_policy(spec: str) -> TargetPolicy | LearningPolicy:
     if spec in ("logged", "uniform"):
         return TargetPolicy(spec, spec)
     name, _, argument = spec.partition(":")
@@ -58,4 +63,7 @@ def parse_policy(spec: str) -> TargetPolicy:
         if action < 0:
             raise PolicyError(f"{spec!r}: constant:J needs a 0-based action index J")
         return TargetPolicy(spec, "constant", action)
-    raise PolicyError(f"unknown policy {spec!r}: use logged, uniform or constant:J")
+    if Path(spec).is_file():
+        return LearningPolicy.load(spec)
+    raise PolicyError(f"unknown policy {spec!r}: use logged, uniform, constant:J or the path "
+                      "of a learner config file")

@@ -153,3 +153,55 @@ def test_json_stays_valid_when_an_interval_is_unbounded() -> None:
     report = evaluate(synthetic_log(1, seed=0), [parse_policy("uniform")])
     (policy,) = json.loads(json.dumps(report.as_json(), allow_nan=False))["policies"]
     assert policy["ips"]["ci_low"] is None and policy["ips"]["value"] is not None
+
+
+def learner_config(tmp_path, algorithm: str, **params: object) -> str:
+    import json
+
+    path = tmp_path / f"{algorithm}.json"
+    path.write_text(json.dumps({
+        "family": "graph_cb", "algorithm": algorithm, "seed": 3,
+        "params": {"actions": ACTIONS, "feature_dim": DIM, "graph_kind": "bandit",
+                   "update": "rls", **params}}))
+    return str(path)
+
+
+def test_a_learner_that_always_explores_is_the_uniform_policy(tmp_path) -> None:
+    spec = learner_config(tmp_path, "epsilon_greedy", epsilon=1.0)
+    learning, uniform = evaluate(synthetic_log(500, seed=2),
+                                 [parse_policy(spec), parse_policy("uniform")]).policies
+    assert learning.policy == spec and 0 < learning.learned_from < 500
+    for name in ("ips", "snips", "dr"):
+        assert getattr(learning, name) == pytest.approx(getattr(uniform, name))
+
+
+def test_a_learning_policy_is_evaluated_as_it_learns(tmp_path) -> None:
+    spec = learner_config(tmp_path, "squarecb_g", gamma_schedule="constant", gamma=20.0)
+    report = evaluate(synthetic_log(5_000, seed=11), [parse_policy(spec)])
+    (learning,) = report.policies
+    # It learns which action suits which context: better than every fixed policy's true value.
+    assert learning.dr.ci_low > max(TRUTH["constant:2"], TRUTH["uniform"])
+    assert learning.ips.ci_low > TRUTH["constant:2"]
+    # explore_eval accepts round t with probability pi_t(a_t) min(mu) / mu_t <= min(mu) / mu_t.
+    assert 0 < learning.learned_from < 5_000 * 0.2
+    assert f"learned from {learning.learned_from:,} of the 5,000 rounds" in report.table()
+
+
+def test_learners_that_do_not_fit_the_log_are_refused(tmp_path) -> None:
+    import json
+
+    from offline.ope.learning_policy import LearningPolicyError
+
+    path = tmp_path / "sps.json"
+    path.write_text(json.dumps({"family": "conformal", "algorithm": "sps",
+                                "params": {"target_coverage": 0.9, "horizon": 100}}))
+    with pytest.raises(LearningPolicyError, match="no distribution"):
+        parse_policy(str(path))
+    path.write_text(json.dumps({"family": "graph_cb", "algorithm": "squarecb",
+                                "params": {"actions": 3, "feature_dim": DIM,
+                                           "graph_kind": "bandit"}}))
+    with pytest.raises(LearningPolicyError, match="plays 3 actions"):
+        evaluate(synthetic_log(10, seed=0), [parse_policy(str(path))])
+    path.write_text("[1, 2]")
+    with pytest.raises(LearningPolicyError, match="not a learner config"):
+        parse_policy(str(path))
