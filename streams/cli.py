@@ -3,9 +3,9 @@
 Commands: ``broker`` (embedded Kafka-protocol broker), ``worker`` (the worker),
 ``simulate`` (a simulated application), ``demo`` (all of them plus a live summary),
 ``schemas`` (write or check the published JSON Schemas), ``archive`` (topics into a JSONL
-archive), ``import-log`` (DSJSON / OBP logs into an archive), ``ope`` (off-policy evaluation)
-and ``kcat`` (Debian's kcat with a librdkafka that speaks to every broker banditflow
-supports).
+archive), ``replay`` (an archive back into topics), ``import-log`` (DSJSON / OBP logs into an
+archive), ``ope`` (off-policy evaluation) and ``kcat`` (Debian's kcat with a librdkafka that
+speaks to every broker banditflow supports).
 """
 
 from __future__ import annotations
@@ -253,6 +253,27 @@ def cmd_archive(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    from offline.archive import ArchiveError
+    from streams.broker import wait_for_broker
+    from streams.replay import ReplaySettings, run_replay
+    from streams.topics import TopicError, Topics, ensure_topics
+
+    wait_for_broker(args.bootstrap)
+    try:
+        ensure_topics(args.bootstrap, Topics(args.prefix), args.partitions)
+        settings = ReplaySettings(args.bootstrap, args.prefix, args.log, args.speed, args.start,
+                                  args.end, args.learner_id)
+        tty = sys.stderr.isatty()
+        summary = run_replay(settings, (lambda done, total: print(
+            f"\r{done:,} / {total:,} records ({100 * done // max(total, 1)} %)", end="",
+            file=sys.stderr)) if tty else None)
+    except (OSError, ArchiveError, TopicError) as exc:
+        raise SystemExit(f"banditflow replay: {exc}") from None
+    print(("\n" if tty else "") + summary.render(), file=sys.stderr)
+    return 0
+
+
 def cmd_import_log(args: argparse.Namespace) -> int:
     from offline.archive import write_archive
     from offline.formats import import_log
@@ -384,6 +405,23 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--write-schema", action="store_true",
                    help="write schemas/archive.schema.json from the models, then exit")
     p.set_defaults(func=cmd_archive)
+
+    p = sub.add_parser("replay", help="produce an archive's learners, contexts, feedback and "
+                                      "truth records into the topics of a prefix")
+    p.add_argument("log", type=Path, help="an archive (banditflow archive / import-log)")
+    _common_kafka(p)
+    p.add_argument("--partitions", type=int, default=4,
+                   help="partitions of topics the replay creates; existing ones must have "
+                        "as many (default: %(default)s)")
+    p.add_argument("--speed", type=float, default=0.0,
+                   help="0: as fast as possible; s > 0: the recorded pace, s times faster "
+                        "(default: %(default)s)")
+    p.add_argument("--start", type=float, default=None, metavar="TS",
+                   help="skip records stamped before TS (seconds since the epoch)")
+    p.add_argument("--end", type=float, default=None, metavar="TS",
+                   help="skip records stamped after TS (seconds since the epoch)")
+    p.add_argument("--learner-id", default=None, help="replay only this learner's records")
+    p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("import-log", help="turn a Vowpal Wabbit DSJSON or an Open Bandit "
                                           "Pipeline log into an archive")
