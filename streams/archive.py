@@ -21,7 +21,7 @@ from kafka import KafkaConsumer, TopicPartition
 
 from offline.archive import ArchiveWriter
 from schemas.archive import ARCHIVED_TOPICS
-from streams.topics import Topics
+from streams.topics import TopicError, Topics
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def run_archive(settings: ArchiveSettings,
             for partition in sorted(consumer.partitions_for_topic(name) or ())
         ]
         if not assigned:
-            raise SystemExit(f"no topics of prefix {topics.prefix!r} at {settings.bootstrap}")
+            raise TopicError(f"no topics of prefix {topics.prefix!r} at {settings.bootstrap}")
         consumer.assign(assigned)
         if settings.from_beginning:
             consumer.seek_to_beginning(*assigned)

@@ -242,13 +242,17 @@ def cmd_archive(args: argparse.Namespace) -> int:
         raise SystemExit("banditflow archive: --out FILE is required")
     from streams.archive import ArchiveSettings, run_archive
     from streams.broker import wait_for_broker
+    from streams.topics import TopicError
 
     wait_for_broker(args.bootstrap)
     settings = ArchiveSettings(args.bootstrap, args.prefix, args.out, args.from_beginning,
                                args.until_idle)
     tty = sys.stderr.isatty()
-    count = run_archive(settings, (lambda n: print(f"\r{n:,} records", end="", file=sys.stderr))
-                        if tty else None)
+    try:
+        count = run_archive(settings, (lambda n: print(f"\r{n:,} records", end="",
+                                                       file=sys.stderr)) if tty else None)
+    except (OSError, TopicError) as exc:
+        raise SystemExit(f"banditflow archive: {exc}") from None
     print(("\n" if tty else "") + f"{args.out}: {count:,} records", file=sys.stderr)
     return 0
 
