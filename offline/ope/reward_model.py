@@ -4,13 +4,14 @@ The rounds are split into ``folds`` random folds; the predictions for a round co
 model fit on the other folds only, so a round's own reward never enters the model that
 corrects it (the DR estimate stays unbiased, and its interval honest).
 
-Each (round, action) pair gets a feature vector from the round's context features:
+The model follows the rounds' context features:
 
-* a feature vector per action (``feature_layout: per_action``, DSJSON imports): the action's
-  vector, a constant, and with a fixed number of actions a one-hot of the action;
-* one shared vector (graph_cb's default layout, OBP without action features): that vector and
-  a constant in the action's own block (one linear model per action);
-* no features (prob_graph, logs without contexts): a one-hot of the action (a mean per action).
+* one shared vector per round (graph_cb's default layout, OBP without action features): one
+  linear model with an intercept per action, fit on the rounds that played it;
+* a feature vector per action (``feature_layout: per_action``, DSJSON and OBP with action
+  features): one linear model of the action's vector, with an intercept per action when every
+  round offers the same actions;
+* no features (prob_graph, logs without contexts): a mean reward per action.
 
 >>> import numpy as np
 >>> rng = np.random.default_rng(0)
@@ -38,73 +39,103 @@ class FeatureError(ValueError):
     pass
 
 
+def _ridge(design: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    gram = design.T @ design + RIDGE * np.eye(design.shape[1])
+    return np.linalg.solve(gram, design.T @ targets)
+
+
+def _with_intercept(features: np.ndarray) -> np.ndarray:
+    return np.hstack([features, np.ones((features.shape[0], 1))])
+
+
 @dataclass
 class ActionFeatures:
-    """The design of every (round, action) pair: ``rows[i]`` is round i's K_i x D matrix."""
+    """The rounds' context features, in one of the three layouts of the module docstring,
+    with each round's number of actions."""
 
-    rows: list[np.ndarray]
+    counts: np.ndarray
+    shared: np.ndarray | None = None
+    per_action: list[np.ndarray] | None = None
 
     @classmethod
-    def of(cls, features: Sequence[object], actions: Sequence[int]) -> ActionFeatures:
-        """Designs from the rounds' context features (see the module docstring)."""
-        fixed = len(set(actions)) == 1
-        shared = [f for f in features if isinstance(f, list) and f
-                  and not isinstance(f[0], list)]
-        per_action = [f for f in features if isinstance(f, list) and f and isinstance(f[0], list)]
-        if per_action and len(per_action) == len(features):
-            dims = {len(vector) for f in per_action for vector in f}
-            if len(dims) != 1:
-                raise FeatureError(f"per-action feature vectors of several sizes: {sorted(dims)}")
-            return cls([cls._per_action(np.asarray(f, dtype=float), k, fixed)
-                        for f, k in zip(features, actions, strict=True)])
-        if shared and len(shared) == len(features) and fixed:
-            dims = {len(f) for f in shared}
-            if len(dims) != 1:
-                raise FeatureError(f"feature vectors of several sizes: {sorted(dims)}")
-            return cls([np.kron(np.eye(k), np.append(np.asarray(f, dtype=float), 1.0))
-                        for f, k in zip(features, actions, strict=True)])
-        if fixed:
-            return cls([np.eye(k) for k in actions])
-        return cls([np.ones((k, 1)) for k in actions])
+    def of(cls, features: Sequence[object], counts: Sequence[int]) -> ActionFeatures:
+        """The layout of the rounds' ``features`` (each a vector, a vector per action, or
+        None); a layout the rounds do not all share falls back to no features."""
+        count_array = np.asarray(counts, dtype=int)
+        fixed = len(set(counts)) == 1
+        if features and all(isinstance(f, list) and f and isinstance(f[0], list)
+                            for f in features):
+            matrices = [np.asarray(f, dtype=float) for f in features]
+            sizes = {m.shape[1] if m.ndim == 2 else -1 for m in matrices}
+            if len(sizes) != 1 or -1 in sizes:
+                raise FeatureError(f"per-action feature vectors of several sizes: {sorted(sizes)}")
+            for m, k in zip(matrices, counts, strict=True):
+                if m.shape[0] != k:
+                    raise FeatureError(f"{m.shape[0]} feature vectors for {k} actions")
+            return cls(count_array, per_action=matrices)
+        if fixed and features and all(isinstance(f, list) and f and not isinstance(f[0], list)
+                                      for f in features):
+            sizes = {len(f) for f in features if isinstance(f, list)}
+            if len(sizes) != 1:
+                raise FeatureError(f"feature vectors of several sizes: {sorted(sizes)}")
+            return cls(count_array, shared=np.asarray(features, dtype=float))
+        return cls(count_array)
 
-    @staticmethod
-    def _per_action(matrix: np.ndarray, actions: int, fixed: bool) -> np.ndarray:
-        if matrix.shape[0] != actions:
-            raise FeatureError(f"{matrix.shape[0]} feature vectors for {actions} actions")
-        parts = [matrix, np.ones((actions, 1))]
-        if fixed:
-            parts.append(np.eye(actions))
-        return np.hstack(parts)
-
-
-def _fit(design: np.ndarray, rewards: np.ndarray) -> np.ndarray:
-    gram = design.T @ design + RIDGE * np.eye(design.shape[1])
-    return np.linalg.solve(gram, design.T @ rewards)
+    def fit_predict(self, train: np.ndarray, test: np.ndarray, actions: np.ndarray,
+                    rewards: np.ndarray) -> np.ndarray:
+        """Predictions for every action of the ``test`` rounds (an array of shape
+        (len(test), max K), NaN past a round's own K), from a model fit on the ``train``
+        rounds' logged actions and rewards."""
+        widest = int(self.counts.max())
+        fixed = bool(np.all(self.counts == widest))
+        out = np.full((len(test), widest), np.nan)
+        if self.shared is not None:
+            inputs = _with_intercept(self.shared)
+            for action in range(widest):
+                rows = train[actions[train] == action]
+                theta = _ridge(inputs[rows], rewards[rows])
+                out[:, action] = inputs[test] @ theta
+        elif self.per_action is not None:
+            logged = np.vstack([self.per_action[i][actions[i]] for i in train])
+            design = [_with_intercept(logged)]
+            if fixed:
+                design.append(np.eye(widest)[actions[train]])
+            theta = _ridge(np.hstack(design), rewards[train])
+            dim = logged.shape[1] + 1
+            for row, i in enumerate(test):
+                matrix = self.per_action[i]
+                predicted = _with_intercept(matrix) @ theta[:dim]
+                out[row, : matrix.shape[0]] = predicted + (theta[dim:] if fixed else 0.0)
+        elif fixed:
+            for action in range(widest):
+                played = rewards[train][actions[train] == action]
+                out[:, action] = played.sum() / (len(played) + RIDGE)
+        else:
+            mean = rewards[train].sum() / (len(train) + RIDGE)
+            for row, i in enumerate(test):
+                out[row, : self.counts[i]] = mean
+        return out
 
 
 def cross_fitted_predictions(design: ActionFeatures, actions: np.ndarray, rewards: np.ndarray,
                              folds: int = 5, seed: int = 0) -> np.ndarray:
-    """Predicted rewards of every action of every round, each round's from a ridge model fit
-    on the other folds; an (n, K_max) array, NaN past a round's own K_i actions.
+    """Predicted rewards of every action of every round, each round's from a model fit on
+    the other folds; an (n, max K) array, NaN past a round's own K actions.
 
     Predictions are clipped to the range of the logged rewards. With fewer than two rounds
     there is nothing to fit on: every prediction is 0 (DR then equals IPS).
     """
-    n = len(design.rows)
-    widest = max((m.shape[0] for m in design.rows), default=0)
+    n = len(actions)
+    widest = int(design.counts.max()) if n else 0
     predictions = np.full((n, widest), np.nan)
     folds = min(folds, n)
     if folds < 2:
-        for i, matrix in enumerate(design.rows):
-            predictions[i, : matrix.shape[0]] = 0.0
+        for i in range(n):
+            predictions[i, : design.counts[i]] = 0.0
         return predictions
     assignment = np.random.default_rng(seed).permutation(n) % folds
-    logged = np.vstack([m[a] for m, a in zip(design.rows, actions, strict=True)])
-    low, high = float(np.min(rewards)), float(np.max(rewards))
     for fold in range(folds):
-        held_out = assignment == fold
-        theta = _fit(logged[~held_out], rewards[~held_out])
-        for i in np.flatnonzero(held_out):
-            matrix = design.rows[i]
-            predictions[i, : matrix.shape[0]] = np.clip(matrix @ theta, low, high)
-    return predictions
+        test = np.flatnonzero(assignment == fold)
+        train = np.flatnonzero(assignment != fold)
+        predictions[test] = design.fit_predict(train, test, actions, rewards)
+    return np.clip(predictions, float(np.min(rewards)), float(np.max(rewards)))
