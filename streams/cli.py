@@ -4,8 +4,9 @@ Commands: ``broker`` (embedded Kafka-protocol broker), ``worker`` (the worker),
 ``simulate`` (a simulated application), ``demo`` (all of them plus a live summary),
 ``schemas`` (write or check the published JSON Schemas), ``archive`` (topics into a JSONL
 archive), ``replay`` (an archive back into topics), ``import-log`` (DSJSON / OBP logs into an
-archive), ``ope`` (off-policy evaluation) and ``kcat`` (Debian's kcat with a librdkafka that
-speaks to every broker banditflow supports).
+archive), ``ope`` (off-policy evaluation), ``warm-start`` (a learner trained on a log,
+published) and ``kcat`` (Debian's kcat with a librdkafka that speaks to every broker
+banditflow supports).
 """
 
 from __future__ import annotations
@@ -278,6 +279,51 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_warm_start(args: argparse.Namespace) -> int:
+    from kafka import KafkaProducer
+
+    from offline.archive import ArchiveError, joined_rounds, read_archive
+    from offline.formats import import_log
+    from offline.warm_start import warm_config
+    from schemas import LearnerConfig
+    from streams.broker import wait_for_broker
+    from streams.topics import TopicError, Topics, ensure_topics
+
+    try:
+        config = LearnerConfig.model_validate_json(args.config.read_bytes())
+        if args.format == "archive":
+            records = read_archive(args.log)[1]
+        else:
+            records = import_log(args.log, args.format, dims=args.dims)[0]
+        rounds = joined_rounds(records)
+        sources = sorted({r.learner_id for r in rounds})
+        if args.from_learner is not None:
+            rounds = [r for r in rounds if r.learner_id == args.from_learner]
+        elif len(sources) > 1:
+            raise SystemExit(f"banditflow warm-start: the log holds {len(sources)} learners "
+                             f"({', '.join(sources)}): choose one with --from-learner")
+        warmed, trained = warm_config(config, rounds)
+        value = warmed.model_dump_json().encode()
+        if len(value) > args.max_bytes:
+            raise SystemExit(
+                f"banditflow warm-start: the config with its oracle takes {len(value):,} bytes, "
+                f"more than --max-bytes {args.max_bytes:,} (the worker's --max-event-bytes and "
+                "the broker's message limit must allow it)")
+        wait_for_broker(args.bootstrap)
+        ensure_topics(args.bootstrap, Topics(args.prefix), args.partitions)
+        producer = KafkaProducer(bootstrap_servers=args.bootstrap, acks="all",
+                                 max_request_size=max(args.max_bytes, 1_048_576))
+        producer.send(Topics(args.prefix).learners, key=warmed.learner_id.encode(), value=value)
+        producer.flush()
+        producer.close()
+    except (OSError, ArchiveError, TopicError, ValueError) as exc:
+        raise SystemExit(f"banditflow warm-start: {exc}") from None
+    print(f"published {warmed.family}/{warmed.algorithm} learner {warmed.learner_id!r} to "
+          f"{Topics(args.prefix).learners}, its oracle trained on {trained:,} logged rounds "
+          f"({len(value):,} bytes)", file=sys.stderr)
+    return 0
+
+
 def cmd_import_log(args: argparse.Namespace) -> int:
     from offline.archive import write_archive
     from offline.formats import import_log
@@ -426,6 +472,26 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="skip records stamped after TS (seconds since the epoch)")
     p.add_argument("--learner-id", default=None, help="replay only this learner's records")
     p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("warm-start", help="train a graph_cb learner's oracle on a log and "
+                                          "publish its config, so that the worker starts "
+                                          "from it")
+    p.add_argument("log", type=Path, help="an archive, or a DSJSON / OBP log (--format)")
+    p.add_argument("--config", type=Path, required=True,
+                   help="the learner config (JSON, as on the learners topic, with learner_id)")
+    _common_kafka(p)
+    p.add_argument("--format", choices=("archive", "dsjson", "obp"), default="archive",
+                   help="(default: %(default)s)")
+    p.add_argument("--from-learner", default=None,
+                   help="the logged learner to train on when the log holds several")
+    p.add_argument("--partitions", type=int, default=4,
+                   help="partitions of topics created here (default: %(default)s)")
+    p.add_argument("--max-bytes", type=int, default=1_000_000,
+                   help="refuse a config larger than this (default: %(default)s, the worker's "
+                        "default --max-event-bytes)")
+    p.add_argument("--dims", type=int, default=None,
+                   help="dsjson: hashed features per action (default: 64)")
+    p.set_defaults(func=cmd_warm_start)
 
     p = sub.add_parser("import-log", help="turn a Vowpal Wabbit DSJSON or an Open Bandit "
                                           "Pipeline log into an archive")
