@@ -2,7 +2,8 @@
 the application answers most of them (one feedback delivered twice, some never answered),
 then the archive of the prefix validates against the published archive schema and its
 joined view holds every decision once, with the propensity of the played action, the
-reward the feedback revealed for it, and the context's features."""
+reward the feedback revealed for it, and the context's features; ``banditflow ope`` scores
+the answered rounds of it."""
 
 from __future__ import annotations
 
@@ -94,3 +95,16 @@ def test_archive_of_a_graph_cb_run_joins_contexts_decisions_and_feedback(
         assert logged.features == features[event_id]
         expected = None if event_id in UNANSWERED else -losses[event_id]
         assert logged.reward == expected
+
+    # The same archive through `banditflow ope`: the answered rounds are scored, and the
+    # logging policy's estimate is their mean reward (every weight is 1).
+    scored = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "ope", str(out), "--policy", "logged",
+         "--policy", "uniform", "--json"], capture_output=True, text=True, timeout=120)
+    assert scored.returncode == 0, scored.stderr
+    report = json.loads(scored.stdout)
+    assert report["rounds"] == EVENTS - len(UNANSWERED)
+    logged, uniform = report["policies"]
+    assert logged["ips"]["value"] == pytest.approx(-np.mean(list(losses.values())))
+    assert logged["ess"] == pytest.approx(EVENTS - len(UNANSWERED))
+    assert uniform["policy"] == "uniform" and uniform["dr"]["ci_low"] <= uniform["dr"]["value"]
