@@ -2,8 +2,11 @@
 
 Commands: ``broker`` (embedded Kafka-protocol broker), ``worker`` (the worker),
 ``simulate`` (a simulated application), ``demo`` (all of them plus a live summary),
-``schemas`` (write or check the published JSON Schemas) and ``kcat`` (Debian's kcat with a
-librdkafka that speaks to every broker banditflow supports).
+``schemas`` (write or check the published JSON Schemas), ``archive`` (topics into a JSONL
+archive), ``replay`` (an archive back into topics), ``import-log`` (DSJSON / OBP logs into an
+archive), ``ope`` (off-policy evaluation), ``warm-start`` (a learner trained on a log,
+published) and ``kcat`` (Debian's kcat with a librdkafka that speaks to every broker
+banditflow supports).
 """
 
 from __future__ import annotations
@@ -230,6 +233,143 @@ def cmd_make_log(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_archive(args: argparse.Namespace) -> int:
+    from schemas.archive import write_archive_schema
+
+    if args.write_schema:
+        print(f"wrote {write_archive_schema()}")
+        return 0
+    if args.out is None:
+        raise SystemExit("banditflow archive: --out FILE is required")
+    from streams.archive import ArchiveSettings, run_archive
+    from streams.broker import wait_for_broker
+    from streams.topics import TopicError
+
+    wait_for_broker(args.bootstrap)
+    settings = ArchiveSettings(args.bootstrap, args.prefix, args.out, args.from_beginning,
+                               args.until_idle)
+    tty = sys.stderr.isatty()
+    try:
+        count = run_archive(settings, (lambda n: print(f"\r{n:,} records", end="",
+                                                       file=sys.stderr)) if tty else None)
+    except (OSError, TopicError) as exc:
+        raise SystemExit(f"banditflow archive: {exc}") from None
+    print(("\n" if tty else "") + f"{args.out}: {count:,} records", file=sys.stderr)
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from offline.archive import ArchiveError
+    from streams.broker import wait_for_broker
+    from streams.replay import ReplaySettings, run_replay
+    from streams.topics import TopicError, Topics, ensure_topics
+
+    wait_for_broker(args.bootstrap)
+    try:
+        ensure_topics(args.bootstrap, Topics(args.prefix), args.partitions)
+        settings = ReplaySettings(args.bootstrap, args.prefix, args.log, args.speed, args.start,
+                                  args.end, args.learner_id)
+        tty = sys.stderr.isatty()
+        summary = run_replay(settings, (lambda done, total: print(
+            f"\r{done:,} / {total:,} records ({100 * done // max(total, 1)} %)", end="",
+            file=sys.stderr)) if tty else None)
+    except (OSError, ArchiveError, TopicError) as exc:
+        raise SystemExit(f"banditflow replay: {exc}") from None
+    print(("\n" if tty else "") + summary.render(), file=sys.stderr)
+    return 0
+
+
+def cmd_warm_start(args: argparse.Namespace) -> int:
+    from kafka import KafkaProducer
+
+    from offline.archive import ArchiveError, joined_rounds, read_archive
+    from offline.formats import import_log
+    from offline.warm_start import warm_config
+    from schemas import LearnerConfig
+    from streams.broker import wait_for_broker
+    from streams.topics import TopicError, Topics, ensure_topics
+
+    try:
+        config = LearnerConfig.model_validate_json(args.config.read_bytes())
+        if args.format == "archive":
+            records = read_archive(args.log)[1]
+        else:
+            records = import_log(args.log, args.format, dims=args.dims)[0]
+        rounds = joined_rounds(records)
+        sources = sorted({r.learner_id for r in rounds})
+        if args.from_learner is not None:
+            rounds = [r for r in rounds if r.learner_id == args.from_learner]
+        elif len(sources) > 1:
+            raise SystemExit(f"banditflow warm-start: the log holds {len(sources)} learners "
+                             f"({', '.join(sources)}): choose one with --from-learner")
+        warmed, trained = warm_config(config, rounds)
+        value = warmed.model_dump_json().encode()
+        if len(value) > args.max_bytes:
+            raise SystemExit(
+                f"banditflow warm-start: the config with its oracle takes {len(value):,} bytes, "
+                f"more than --max-bytes {args.max_bytes:,} (the worker's --max-event-bytes and "
+                "the broker's message limit must allow it)")
+        wait_for_broker(args.bootstrap)
+        ensure_topics(args.bootstrap, Topics(args.prefix), args.partitions)
+        producer = KafkaProducer(bootstrap_servers=args.bootstrap, acks="all",
+                                 max_request_size=max(args.max_bytes, 1_048_576))
+        producer.send(Topics(args.prefix).learners, key=warmed.learner_id.encode(), value=value)
+        producer.flush()
+        producer.close()
+    except (OSError, ArchiveError, TopicError, ValueError) as exc:
+        raise SystemExit(f"banditflow warm-start: {exc}") from None
+    print(f"published {warmed.family}/{warmed.algorithm} learner {warmed.learner_id!r} to "
+          f"{Topics(args.prefix).learners}, its oracle trained on {trained:,} logged rounds "
+          f"({len(value):,} bytes)", file=sys.stderr)
+    return 0
+
+
+def cmd_import_log(args: argparse.Namespace) -> int:
+    from offline.archive import write_archive
+    from offline.formats import import_log
+
+    try:
+        records, report = import_log(args.log, args.format, args.learner_id, args.dims)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"banditflow import-log: {exc}") from None
+    write_archive(args.out, records, source=args.format)
+    print(f"{args.out}: {report.render()}", file=sys.stderr)
+    return 0
+
+
+def cmd_ope(args: argparse.Namespace) -> int:
+    import json
+
+    from offline.archive import ArchiveError, joined_rounds, read_archive
+    from offline.formats import import_log
+    from offline.ope.evaluation import evaluate
+    from offline.ope.policies import PolicyError, parse_policy
+    from offline.ope.reward_model import FeatureError
+
+    try:
+        policies = [parse_policy(spec) for spec in args.policy]
+        if args.format == "archive":
+            records = read_archive(args.log)[1]
+        else:
+            records, report = import_log(args.log, args.format, dims=args.dims)
+            print(report.render(), file=sys.stderr)
+        rounds = joined_rounds(records)
+        learners = sorted({r.learner_id for r in rounds})
+        if args.learner_id is not None:
+            rounds = [r for r in rounds if r.learner_id == args.learner_id]
+        elif len(learners) > 1:
+            raise SystemExit(f"banditflow ope: the log holds {len(learners)} learners "
+                             f"({', '.join(learners)}): choose one with --learner-id")
+        result = evaluate(rounds, policies, args.min_propensity, args.folds, args.seed)
+    except (OSError, ArchiveError, PolicyError, FeatureError, ValueError) as exc:
+        raise SystemExit(f"banditflow ope: {exc}") from None
+    print(json.dumps(result.as_json()) if args.json else result.table())
+    if args.out is not None:
+        for path in result.write(args.out):
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from streams.demo import run_demo
 
@@ -303,6 +443,93 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, required=True)
     p.set_defaults(func=cmd_make_log)
+
+    p = sub.add_parser("archive", help="copy the learners, contexts, decisions, feedback and "
+                                       "truth topics into one JSONL archive")
+    _common_kafka(p)
+    p.add_argument("--out", type=Path, help="the archive file to write")
+    p.add_argument("--from-beginning", action="store_true",
+                   help="start at the topics' beginning (default: at their end)")
+    p.add_argument("--until-idle", type=float, default=None, metavar="S",
+                   help="stop once no record came for S seconds (default: run until Ctrl-C)")
+    p.add_argument("--write-schema", action="store_true",
+                   help="write schemas/archive.schema.json from the models, then exit")
+    p.set_defaults(func=cmd_archive)
+
+    p = sub.add_parser("replay", help="produce an archive's learners, contexts, feedback and "
+                                      "truth records into the topics of a prefix")
+    p.add_argument("log", type=Path, help="an archive (banditflow archive / import-log)")
+    _common_kafka(p)
+    p.add_argument("--partitions", type=int, default=4,
+                   help="partitions of topics the replay creates; existing ones must have "
+                        "as many (default: %(default)s)")
+    p.add_argument("--speed", type=float, default=0.0,
+                   help="0: as fast as possible; s > 0: the recorded pace, s times faster "
+                        "(default: %(default)s)")
+    p.add_argument("--start", type=float, default=None, metavar="TS",
+                   help="skip records stamped before TS (seconds since the epoch)")
+    p.add_argument("--end", type=float, default=None, metavar="TS",
+                   help="skip records stamped after TS (seconds since the epoch)")
+    p.add_argument("--learner-id", default=None, help="replay only this learner's records")
+    p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("warm-start", help="train a graph_cb learner's oracle on a log and "
+                                          "publish its config, so that the worker starts "
+                                          "from it")
+    p.add_argument("log", type=Path, help="an archive, or a DSJSON / OBP log (--format)")
+    p.add_argument("--config", type=Path, required=True,
+                   help="the learner config (JSON, as on the learners topic, with learner_id)")
+    _common_kafka(p)
+    p.add_argument("--format", choices=("archive", "dsjson", "obp"), default="archive",
+                   help="(default: %(default)s)")
+    p.add_argument("--from-learner", default=None,
+                   help="the logged learner to train on when the log holds several")
+    p.add_argument("--partitions", type=int, default=4,
+                   help="partitions of topics created here (default: %(default)s)")
+    p.add_argument("--max-bytes", type=int, default=1_000_000,
+                   help="refuse a config larger than this (default: %(default)s, the worker's "
+                        "default --max-event-bytes)")
+    p.add_argument("--dims", type=int, default=None,
+                   help="dsjson: hashed features per action (default: 64)")
+    p.set_defaults(func=cmd_warm_start)
+
+    p = sub.add_parser("import-log", help="turn a Vowpal Wabbit DSJSON or an Open Bandit "
+                                          "Pipeline log into an archive")
+    p.add_argument("log", type=Path)
+    p.add_argument("--format", choices=("dsjson", "obp"), required=True,
+                   help="dsjson: one decision-service JSON event a line; obp: OBP's bandit "
+                        "feedback dictionary saved with numpy.savez (.npz) or as JSON")
+    p.add_argument("--out", type=Path, required=True, help="the archive file to write")
+    p.add_argument("--learner-id", default="imported",
+                   help="the learner id the events are filed under (default: %(default)s)")
+    p.add_argument("--dims", type=int, default=None,
+                   help="dsjson: hashed features per action (default: 64)")
+    p.set_defaults(func=cmd_import_log)
+
+    p = sub.add_parser("ope", help="off-policy evaluation of target policies on a log: IPS, "
+                                   "SNIPS and DR with 95%% intervals")
+    p.add_argument("log", type=Path, help="an archive, or a DSJSON / OBP log (--format)")
+    p.add_argument("--format", choices=("archive", "dsjson", "obp"), default="archive",
+                   help="(default: %(default)s)")
+    p.add_argument("--policy", action="append", required=True, metavar="SPEC",
+                   help="logged, uniform, constant:J (0-based action index) or the path of a "
+                        "learner config file (JSON: family, algorithm, params, seed; evaluated "
+                        "as it learns, explore_eval-style); repeatable")
+    p.add_argument("--json", action="store_true",
+                   help='print {"rounds", "policies": [{"policy", "ips", "snips", "dr", "ess"}]}')
+    p.add_argument("--out", type=Path, default=None,
+                   help="write ope.json (with diagnostics) and ope.png into this directory")
+    p.add_argument("--learner-id", default=None,
+                   help="the learner to evaluate when the log holds several")
+    p.add_argument("--min-propensity", type=float, default=1e-3,
+                   help="propensities below this are raised to it in the weights "
+                        "(clipping; 0 for none; default: %(default)s)")
+    p.add_argument("--folds", type=int, default=5,
+                   help="cross-fitting folds of DR's reward model (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the folds (default: 0)")
+    p.add_argument("--dims", type=int, default=None,
+                   help="dsjson: hashed features per action (default: 64)")
+    p.set_defaults(func=cmd_ope)
 
     p = sub.add_parser("schemas", help="check (default) or --write the published JSON Schemas")
     p.add_argument("--write", action="store_true")

@@ -15,7 +15,10 @@ Parameters common to all algorithms:
   (sgd, default 0.1), ``ridge`` (rls prior, default 1), ``bias`` (default true); ``oracle``
   (``linear``, default, or ``neural``: a torch network, with ``hidden_size``,
   ``learning_rate`` and ``oracle_seed``, see :func:`learners.graph_cb.oracles.build_oracle`);
-* schedule: ``gamma_schedule`` and its settings (:mod:`learners.graph_cb.schedules`).
+* schedule: ``gamma_schedule`` and its settings (:mod:`learners.graph_cb.schedules`);
+* ``initial_oracle``: an oracle state (its ``to_state``, e.g. trained on logged rounds by
+  ``banditflow warm-start``) the learner starts from instead of an untrained oracle; its
+  schedule starts afresh.
 
 Events: context ``{"features": [...] or [[...] per action], "graph": optional K x K}``;
 feedback ``{"losses": {"<action index>": loss in [-1, 1], ...}}`` with the losses the graph
@@ -58,7 +61,7 @@ class GraphCBLearner(Learner):
     COMMON_PARAMS: ClassVar[set[str]] = {
         "actions", "graph", "graph_kind", "feature_dim", "feature_layout", "update",
         "learning_rate", "ridge", "bias", "oracle", "hidden_size", "oracle_seed",
-        *GammaSchedule.PARAMS,
+        "initial_oracle", *GammaSchedule.PARAMS,
     }
     EXTRA_PARAMS: ClassVar[set[str]] = set()
 
@@ -95,6 +98,12 @@ class GraphCBLearner(Learner):
         if params.get("graph_kind") is not None:
             graph = named_graph(str(params["graph_kind"]), actions)
         oracle = build_oracle(params, actions)
+        if params.get("initial_oracle") is not None:
+            try:
+                oracle.load_state(params["initial_oracle"])
+            except (KeyError, TypeError, ValueError) as exc:  # (LearnerError is a ValueError)
+                raise LearnerError(f"parameter 'initial_oracle' is not a state of this "
+                                   f"oracle: {exc}") from None
         learner = cls(params, graph, oracle, GammaSchedule.from_params(params))
         learner.check_params()
         return learner

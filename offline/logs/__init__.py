@@ -2,8 +2,9 @@
 
 Every module in this package, and every module a family's front door lists in ``logs``,
 defines ``LOGS: dict[str, LogBuilder]``; a builder writes a JSONL log (the format
-``banditflow evaluate --family F`` reads) and returns a short description of what it wrote.
-Builders never download anything.
+``banditflow evaluate --family F`` reads; ``dsjson-synthetic`` writes a Vowpal Wabbit DSJSON
+log for ``banditflow ope``) and returns a short description of what it wrote. Builders never
+download anything.
 """
 
 from __future__ import annotations

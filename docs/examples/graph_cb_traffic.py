@@ -1,0 +1,46 @@
+"""A graph_cb application for the README's archive / OPE example: 3,000 contexts in batches
+of 100 to the learner "router" (SquareCB.G, 3 actions, bandit feedback), each batch's
+decisions answered with their cost before the next batch is sent.
+
+    python docs/examples/graph_cb_traffic.py [BOOTSTRAP]   (default 127.0.0.1:9092)
+"""
+
+import json
+import sys
+
+import numpy as np
+from kafka import KafkaConsumer, KafkaProducer
+
+BOOTSTRAP = sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1:9092"
+LEARNER = "router"
+producer = KafkaProducer(bootstrap_servers=BOOTSTRAP)
+decisions = KafkaConsumer("banditflow.decisions", bootstrap_servers=BOOTSTRAP,
+                          auto_offset_reset="earliest", consumer_timeout_ms=30000)
+
+
+def send(topic, body):
+    producer.send(f"banditflow.{topic}", key=LEARNER.encode(), value=json.dumps(body).encode())
+
+send("learners", {"learner_id": LEARNER, "family": "graph_cb", "algorithm": "squarecb_g",
+                  "params": {"actions": 3, "feature_dim": 2, "graph_kind": "bandit",
+                             "gamma_schedule": "constant", "gamma": 10.0}})
+
+# Action a costs 1 with probability sigmoid(w_a . x + b_a), else 0 (reward = -cost).
+w, b = np.array([[2.0, 0.0], [-2.0, 0.0], [0.0, 0.5]]), np.array([0.0, 0.0, 0.3])
+rng = np.random.default_rng(0)
+for batch in range(30):  # 30 batches of 100 contexts, each answered before the next
+    contexts = {f"e{batch}-{i}": rng.normal(size=2).round(4) for i in range(100)}
+    for event_id, x in contexts.items():
+        send("contexts", {"learner_id": LEARNER, "event_id": event_id, "features": x.tolist()})
+    producer.flush()
+    for record in decisions:
+        decision = json.loads(record.value)
+        if decision["event_id"] not in contexts:  # (an earlier run's, or a redelivery)
+            continue
+        action, x = decision["output"]["action"], contexts.pop(decision["event_id"])
+        cost = float(rng.random() < 1 / (1 + np.exp(-(w[action] @ x + b[action]))))
+        send("feedback", {"learner_id": LEARNER, "event_id": decision["event_id"],
+                          "losses": {str(action): cost}})
+        if not contexts:
+            break
+producer.flush()

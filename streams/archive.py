@@ -1,0 +1,108 @@
+"""``banditflow archive``: copy the learners, contexts, decisions, feedback and truth topics
+of a prefix into one archive file (:mod:`schemas.archive`, read by :mod:`offline.archive`).
+
+The archiver reads every partition of the five topics without a consumer group (it commits
+nothing and changes nothing on the broker), from their beginning with ``from_beginning``,
+else from their end, and writes each record as it comes: records of one partition keep their
+order, records of different partitions and topics are interleaved as they arrive.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kafka import KafkaConsumer, TopicPartition
+
+from offline.archive import ArchiveWriter
+from schemas.archive import ARCHIVED_TOPICS
+from streams.topics import TopicError, Topics
+
+
+@dataclass(frozen=True)
+class ArchiveSettings:
+    bootstrap: str
+    prefix: str
+    out: Path
+    from_beginning: bool = False
+    until_idle_s: float | None = None
+
+
+def archive_record(kind: str, message: Any) -> dict[str, Any]:
+    """The archive line of one consumed Kafka record of topic ``kind`` (without its prefix)."""
+    record: dict[str, Any] = {
+        "topic": kind,
+        "partition": message.partition,
+        "offset": message.offset,
+        "timestamp": message.timestamp / 1000.0 if message.timestamp is not None else None,
+        "key": message.key.decode("utf-8", "replace") if message.key is not None else None,
+        "value": None,
+    }
+    if message.value is not None:
+        try:
+            value = json.loads(message.value)
+        except ValueError:
+            value = None
+        if isinstance(value, dict):
+            record["value"] = value
+        else:
+            record["raw"] = message.value.decode("utf-8", "replace")
+    return record
+
+
+def run_archive(settings: ArchiveSettings,
+                progress: Callable[[int], None] | None = None) -> int:
+    """Archive until ``until_idle_s`` seconds pass without a record (or SIGINT / SIGTERM);
+    the number of records written."""
+    topics = Topics(settings.prefix)
+    kinds = {f"{settings.prefix}.{kind}": kind for kind in ARCHIVED_TOPICS}
+    consumer = KafkaConsumer(bootstrap_servers=settings.bootstrap, group_id=None,
+                             enable_auto_commit=False)
+    stopping = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        assigned = [
+            TopicPartition(name, partition)
+            for name in kinds
+            for partition in sorted(consumer.partitions_for_topic(name) or ())
+        ]
+        if not assigned:
+            raise TopicError(f"no topics of prefix {topics.prefix!r} at {settings.bootstrap}")
+        consumer.assign(assigned)
+        if settings.from_beginning:
+            consumer.seek_to_beginning(*assigned)
+        else:
+            consumer.seek_to_end(*assigned)
+        with open(settings.out, "w") as out:
+            writer = ArchiveWriter(out, source="kafka", prefix=settings.prefix)
+            last_record = time.monotonic()
+            try:
+                while not stopping:
+                    batches = consumer.poll(timeout_ms=200)
+                    for partition, messages in batches.items():
+                        for message in messages:
+                            writer.write(archive_record(kinds[partition.topic], message))
+                    if batches:
+                        last_record = time.monotonic()
+                        out.flush()
+                        if progress is not None:
+                            progress(writer.records)
+                    elif (settings.until_idle_s is not None
+                          and time.monotonic() - last_record >= settings.until_idle_s):
+                        break
+            except KeyboardInterrupt:
+                pass
+            return writer.records
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        consumer.close()
