@@ -5,7 +5,7 @@ one Kafka record of the ``learners``, ``contexts``, ``decisions``, ``feedback`` 
 topic, with the event as it was published in ``value``. The format has its own version
 (:data:`ARCHIVE_VERSION`), independent of the events' ``schema_version`` that every value
 carries. ``schemas/archive.schema.json`` is generated from these models
-(:func:`write_archive_schema`) and a test fails when the two drift apart.
+(``banditflow schemas --write``) and a test fails when the two drift apart.
 
 >>> line = ArchiveRecord.model_validate_json(
 ...     '{"topic": "contexts", "partition": 0, "offset": 7, "timestamp": 1.5, "key": "shop",'
@@ -92,7 +92,7 @@ def write_archive_schema() -> Path:
 def check_archive_schema() -> list[str]:
     """One line when the published archive schema is missing or differs from the models."""
     if not SCHEMA_PATH.exists():
-        return [f"{SCHEMA_PATH} is missing: run `banditflow archive --write-schema`"]
+        return [f"{SCHEMA_PATH} is missing: run `banditflow schemas --write`"]
     if SCHEMA_PATH.read_text() != render_archive_schema():
-        return [f"{SCHEMA_PATH} differs from the model: run `banditflow archive --write-schema`"]
+        return [f"{SCHEMA_PATH} differs from the model: run `banditflow schemas --write`"]
     return []

@@ -1,4 +1,5 @@
-"""The JSON Schema files published beside the models, and their drift check."""
+"""The JSON Schema files published beside the models (events and the archive format), and
+their drift check."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from schemas import MODELS, SCHEMA_VERSION
+from schemas.archive import check_archive_schema, write_archive_schema
 
 DIRECTORY = Path(__file__).resolve().parent
 
@@ -27,11 +29,12 @@ def render(name: str) -> str:
 
 
 def write_published() -> list[Path]:
+    """Writes every event schema and the archive's."""
     paths = []
     for name in MODELS:
         path_of(name).write_text(render(name))
         paths.append(path_of(name))
-    return paths
+    return [*paths, write_archive_schema()]
 
 
 def check_published() -> list[str]:
@@ -43,4 +46,4 @@ def check_published() -> list[str]:
             problems.append(f"{path} is missing: run `banditflow schemas --write`")
         elif path.read_text() != render(name):
             problems.append(f"{path} differs from the model: run `banditflow schemas --write`")
-    return problems
+    return problems + check_archive_schema()

@@ -234,13 +234,6 @@ def cmd_make_log(args: argparse.Namespace) -> int:
 
 
 def cmd_archive(args: argparse.Namespace) -> int:
-    from schemas.archive import write_archive_schema
-
-    if args.write_schema:
-        print(f"wrote {write_archive_schema()}")
-        return 0
-    if args.out is None:
-        raise SystemExit("banditflow archive: --out FILE is required")
     from streams.archive import ArchiveSettings, run_archive
     from streams.broker import wait_for_broker
     from streams.topics import TopicError
@@ -447,13 +440,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("archive", help="copy the learners, contexts, decisions, feedback and "
                                        "truth topics into one JSONL archive")
     _common_kafka(p)
-    p.add_argument("--out", type=Path, help="the archive file to write")
+    p.add_argument("--out", type=Path, required=True, help="the archive file to write")
     p.add_argument("--from-beginning", action="store_true",
                    help="start at the topics' beginning (default: at their end)")
     p.add_argument("--until-idle", type=float, default=None, metavar="S",
                    help="stop once no record came for S seconds (default: run until Ctrl-C)")
-    p.add_argument("--write-schema", action="store_true",
-                   help="write schemas/archive.schema.json from the models, then exit")
     p.set_defaults(func=cmd_archive)
 
     p = sub.add_parser("replay", help="produce an archive's learners, contexts, feedback and "

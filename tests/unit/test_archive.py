@@ -14,7 +14,7 @@ from schemas.archive import SCHEMA_PATH, check_archive_schema, render_archive_sc
 
 
 def test_published_archive_schema_matches_the_models() -> None:
-    assert check_archive_schema() == [], "run `banditflow archive --write-schema`"
+    assert check_archive_schema() == [], "run `banditflow schemas --write`"
 
 
 def test_archive_schema_drift_is_detected(tmp_path, monkeypatch) -> None:
