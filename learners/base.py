@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
@@ -149,6 +149,26 @@ class Learner(ABC):
         cls, stats: Stats, summary: Mapping[str, Any], values: dict[str, Any]
     ) -> None:
         """Add the family's live values computed from ``stats`` to ``values``."""
+
+    @classmethod
+    def warm_params(
+        cls, params: Mapping[str, Any], logged: Iterable[LoggedExample]
+    ) -> dict[str, Any]:
+        """``params`` for a learner that starts from what ``logged`` rounds of another
+        policy teach (``banditflow warm-start``); families that cannot learn off-policy from
+        logs refuse."""
+        raise LearnerError(f"{cls.family} learners cannot be warm-started from logs")
+
+
+@dataclass(frozen=True)
+class LoggedExample:
+    """A logged round as warm start sees it: the context's features, the played action, its
+    reward, and every reward the feedback revealed, by action."""
+
+    features: list[float] | list[list[float]]
+    action: int
+    reward: float
+    revealed: Mapping[int, float]
 
 
 Stats = dict[str, float]

@@ -51,6 +51,9 @@ class Family:
     """``banditflow_learner_<name>`` gauges, with their help text."""
     arm_gauges: Mapping[str, str] = field(default_factory=dict)
     """``banditflow_<name>{arm=...}`` gauges: one series per arm of a list-valued gauge."""
+    action_distribution: bool = False
+    """Decisions carry the played ``action`` and the distribution ``p`` it was drawn from, so
+    off-policy evaluation (``banditflow ope --policy CONFIG``) can score the learners."""
     evaluation: str | None = None
     """Module of the family's ``banditflow evaluate`` task (see :mod:`offline.evaluation`)."""
     logs: tuple[str, ...] = ()

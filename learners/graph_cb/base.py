@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Self
 
 import numpy as np
@@ -42,6 +42,7 @@ from learners.base import (
     Learned,
     Learner,
     LearnerError,
+    LoggedExample,
     check_unknown,
     require,
 )
@@ -203,6 +204,31 @@ class GraphCBLearner(Learner):
     def load_state(self, state: Mapping[str, Any]) -> None:
         self.oracle.load_state(state["oracle"])
         self.schedule.load_state(state["schedule"])
+
+    @classmethod
+    def warm_params(
+        cls, params: Mapping[str, Any], logged: Iterable[LoggedExample]
+    ) -> dict[str, Any]:
+        """``params`` with ``initial_oracle``: the regression oracle trained on ``logged``.
+
+        The oracle learns every revealed loss without importance weights (the square loss
+        of a revealed action is an unbiased target whatever policy chose it), so training on
+        another policy's rounds is the family's own update: the played action's loss (minus
+        its reward), and the losses of the other actions the feedback revealed when this
+        learner's graph lets the played action reveal them. The exploration schedule starts
+        afresh.
+        """
+        fresh = {k: v for k, v in params.items() if k != "initial_oracle"}
+        learner = cls.from_params(fresh)
+        graph = learner.graph
+        for example in logged:
+            losses = {str(example.action): -example.reward}
+            if graph is not None:
+                losses |= {str(a): -reward for a, reward in example.revealed.items()
+                           if a < learner.actions and graph[example.action, a] > 0}
+            learner.learn({"features": example.features, "action": example.action},
+                          {"losses": losses})
+        return {**fresh, "initial_oracle": learner.to_state()["oracle"]}
 
     def summary(self) -> dict[str, float | list[float]]:
         """Decisions made; the progressive-validation loss (``mean_loss``) is averaged by

@@ -23,6 +23,7 @@ FAMILY = Family(
         ),
     },
     gauges={"mean_loss": "Progressive-validation loss (graph_cb)"},
+    action_distribution=True,
     evaluation="offline.evaluation.graph_cb",
     logs=("offline.logs.graph_cb",),
 )

@@ -37,13 +37,10 @@ from pathlib import Path
 
 import numpy as np
 
-from learners.registry import make_learner
+from learners.registry import families, family, make_learner
 from offline.archive import LoggedRound
 from processors.processor import event_seed
 from schemas import LearnerConfig
-
-# The families whose decisions carry their distribution over actions (``p``).
-DISTRIBUTION_FAMILIES = ("graph_cb",)
 
 
 class LearningPolicyError(ValueError):
@@ -67,10 +64,12 @@ class LearningPolicy:
             config = LearnerConfig.model_validate({"learner_id": "ope", **document})
         except ValueError as exc:
             raise LearningPolicyError(f"{path}: not a learner config: {exc}") from None
-        if config.family not in DISTRIBUTION_FAMILIES:
+        if not family(config.family).action_distribution:
+            able = [name for name, declared in families().items()
+                    if declared.action_distribution]
             raise LearningPolicyError(
                 f"{path}: {config.family} decisions carry no distribution over actions (a "
-                f"learner policy must be of {', '.join(DISTRIBUTION_FAMILIES)})")
+                f"learner policy must be of {', '.join(able)})")
         return cls(path, config)
 
     def progressive_distributions(self, rounds: Sequence[LoggedRound],
