@@ -42,7 +42,8 @@ Each round, with plug-in means ``thetahat``, ``bhat`` and ``Deltahat`` (see
 Streaming: the guard's ``m_j`` counts closed decisions only (in-flight ones have not been
 observed yet); the targets of steps 3-5 count in-flight decisions, so concurrent decisions do
 not overshoot. The LP solution is cached and re-solved only when the empirical best arm
-changes, some ``thetahat_j`` moves by more than ``lp_tolerance`` since the last solve, or (cascade)
+changes, some mean of the targets (``thetahat_j``, lowered as in step 3) moves by more than
+``lp_tolerance`` since the last solve, or (cascade)
 the reachability estimate changes.
 
 Cascade case: ``p`` is replaced by ``P_t``, a Monte Carlo estimate of the reachability ``r_ij``
@@ -333,8 +334,10 @@ class LPPolicy(ProbGraphLearner):
         shortfall = matrix.T @ self.plays / self.guard_ratio - self.observations
         if np.any(shortfall > 0):
             return int(parents[np.argmax(shortfall)]), "guard"
-        theta = self.plugin_means()
-        best, targets, gaps = information_targets(self.target_means(theta), self.setting.rewards)
+        # The targets' means (lowered by their standard errors) are also what the LP cache
+        # compares: they move as observations come in even while thetahat stays put.
+        theta = self.target_means(self.plugin_means())
+        best, targets, gaps = information_targets(theta, self.setting.rewards)
         pulls = self.plays + self.in_flight
         expected = matrix.T @ pulls
         alpha = exploration_level(round_index, self.alpha_rule, self.alpha_scale)

@@ -476,3 +476,16 @@ def test_lowered_targets_stop_chasing_the_noisiest_of_many_arms() -> None:
 
     for seed in (0, 1):
         assert regret(seed) < 0.8 * regret(seed, target_shrink=0.0), seed
+
+
+def test_lp_is_re_solved_when_the_lowered_means_move_with_the_observations() -> None:
+    # Same empirical means, four times the observations: the lowered means move by half a
+    # standard error (0.5 / sqrt(2), 0.5 at O = 2 and 1), so the LP is solved again.
+    learner = lp_state(lp_tolerance=0.05, target_shrink=1.0)
+    assert decide(learner)[1] == "lp" and learner.lp_solves == 1
+    state = learner.to_state()
+    state["observations"] = [4 * o for o in state["observations"]]
+    state["reward_sums"] = [4 * s for s in state["reward_sums"]]
+    learner.load_state({**state, "open": {}})
+    decide(learner)
+    assert learner.lp_solves == 2
