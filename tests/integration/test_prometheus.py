@@ -265,7 +265,7 @@ def test_dashboards_and_alerts_against_real_prometheus(
     drive_other_families(producer, prefix)
     report = run_simulation(SimulationSettings(
         bootstrap=broker.bootstrap, prefix=prefix, learner_id=SIM_LEARNER, events=300,
-        labels=10, window=100, delay_mean=0.05, timeout=60))
+        window=100, delay_mean=0.05, timeout=60))
     assert not report.timed_out and report.decided == 300, report.render()
 
     # promtool lints the exposition the worker serves.
