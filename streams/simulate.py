@@ -396,3 +396,12 @@ def run_simulation(
     settings: SimulationSettings, progress: Callable[[SimulationReport], None] | None = None
 ) -> SimulationReport:
     return asyncio.run(simulate(settings, progress))
+
+
+def run_simulations(settings: list[SimulationSettings]) -> list[SimulationReport]:
+    """Several applications at once (e.g. one per family), each with its own clients."""
+
+    async def all_of() -> list[SimulationReport]:
+        return list(await asyncio.gather(*(simulate(s) for s in settings)))
+
+    return asyncio.run(all_of())
