@@ -37,7 +37,7 @@ def test_demo_shows_convergence_for_every_family(tmp_path: Path) -> None:
 
     # Every context decided and every decision's truth applied, for learners and baselines.
     for (family, _), row in rows.items():
-        expected = 10_000 if family == "conformal" else 2000
+        expected = 8000 if family == "conformal" else 2000
         assert row["decisions"] == expected, row
         assert row["regret"] is not None, row
 
