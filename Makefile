@@ -6,7 +6,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 RUNTIME := $(VENV)/.installed-runtime
 DEV := $(VENV)/.installed-dev
-EVENTS ?= 5000
+
+DEMO_ARGS ?=
 PYTEST_ARGS ?=
 
 .PHONY: demo test lint system-deps bench fault soak clean
@@ -49,7 +50,7 @@ system-deps:
 	fi
 
 demo: $(RUNTIME)
-	$(BIN)/banditflow demo --events $(EVENTS)
+	$(BIN)/banditflow demo $(DEMO_ARGS)
 
 lint: $(DEV)
 	$(BIN)/ruff check .

@@ -209,7 +209,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     report = run_simulation(SimulationSettings.from_args(args))
     print(report.render())
-    return 0
+    return 0 if not report.timed_out and report.decided == report.expected else 1
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -398,27 +398,18 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if wanted("simulate"):
         from streams.simulate import add_simulation_options
 
-        add_simulation_options(p)
+        add_simulation_options(p, family_default=None)
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser(
         "demo",
-        help="broker + worker + simulated application + metrics, "
-        "stops by itself and prints a summary",
+        help="broker + worker + a simulated application per family (learner vs baseline), "
+        "live view; stops by itself, prints a summary and writes a report",
     )
     if wanted("demo"):
-        from streams.simulate import add_simulation_options
+        from streams.demo import add_demo_options
 
-        add_simulation_options(p)
-    p.add_argument("--port", type=int, default=19092, help="embedded broker port")
-    p.add_argument("--web-port", type=int, default=6066, help="worker /metrics port")
-    p.add_argument("--partitions", type=int, default=4)
-    p.add_argument(
-        "--logs",
-        type=Path,
-        default=Path("runs/demo"),
-        help="directory for broker and worker logs (default: %(default)s)",
-    )
+        add_demo_options(p)
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("evaluate", help="replay a log through the processors offline and "

@@ -1,22 +1,34 @@
-"""``banditflow demo``: the embedded broker, a worker, a simulated application and metrics.
+"""``banditflow demo``: the embedded broker, a worker and one simulated application per family.
 
-Everything runs locally; the demo stops by itself after ``--events`` contexts and prints a
-summary read from the worker's real ``/metrics`` endpoint.
+Each family's application drives its learner and a baseline on the same traffic
+(:data:`offline.environments.APPLICATIONS`); a live view shows them learning; the demo stops
+by itself, prints a summary read from the worker's real ``/metrics`` endpoint, checks that
+convergence showed (:func:`streams.demo_report.checks`) and writes a report (HTML and PNG
+plots) under ``runs/``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import shutil
 import subprocess
 import sys
 import time
 import urllib.error
 from pathlib import Path
 
-from offline.environments import GaussianScores
+from offline.environments import APPLICATIONS
 from streams.broker import EmbeddedBroker, port_open
-from streams.scrape import fetch, samples, value
-from streams.simulate import SimulationReport, SimulationSettings, run_simulation
+from streams.scrape import fetch, value
+from streams.simulate import RECENT, SimulationReport, SimulationSettings, prepare, simulate
+
+# Contexts per family (each to the learner and to its baseline) and their rate per second,
+# chosen so that every family shows convergence within about a minute on 2 shared cores:
+# SPS needs about 8,000 rounds to come within 20 % of the oracle's set size (its threshold
+# is conservative by design), the other three show it after 1,000-2,000.
+DEMO_EVENTS = {"conformal": 8000, "graph_cb": 2000, "deferral": 2000, "prob_graph": 2000}
+DEMO_RATES = {"conformal": 300.0, "graph_cb": 100.0, "deferral": 100.0, "prob_graph": 100.0}
 
 
 def start_worker(
@@ -67,92 +79,157 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
-def progress_line(report: SimulationReport, events: int) -> None:
-    coverage = report.covered / report.decided if report.decided else 0.0
-    size = report.set_size_sum / report.decided if report.decided else 0.0
-    threshold = "-inf" if report.last_threshold is None else f"{report.last_threshold:.3f}"
-    line = (
-        f"  decided {report.decided:>6}/{events} | {report.decisions_per_s:6.0f}/s | "
-        f"coverage {coverage:.3f} | set size {size:5.2f} | threshold {threshold:>7}"
-    )
-    if sys.stdout.isatty():
-        print(f"\r{line}", end="", flush=True)
-    else:
-        print(line, flush=True)
+def add_demo_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--family", action="append", choices=sorted(APPLICATIONS),
+                        help="run only this family (repeatable; default: all four)")
+    parser.add_argument("--events", type=int, default=None,
+                        help="contexts per family (default: per family, "
+                        + ", ".join(f"{f} {n}" for f, n in DEMO_EVENTS.items()) + ")")
+    parser.add_argument("--rate", type=float, default=None,
+                        help="contexts per second per family (0: as fast as the worker "
+                        "goes; default: per family, "
+                        + ", ".join(f"{f} {r:g}" for f, r in DEMO_RATES.items()) + ")")
+    parser.add_argument("--delay-mean", type=float, default=0.2,
+                        help="mean feedback delay in seconds, exponential (default: %(default)s)")
+    parser.add_argument("--feedback-loss", type=float, default=0.0,
+                        help="probability that feedback is never sent (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--port", type=int, default=19092, help="embedded broker port")
+    parser.add_argument("--web-port", type=int, default=6066, help="worker /metrics port")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--out", type=Path, default=Path("runs/demo"),
+                        help="logs and the report go here (default: %(default)s)")
+    parser.add_argument("--publish", type=Path, default=None, metavar="DIR",
+                        help="also copy the plots and the printed summary (demo.txt) into DIR "
+                        "(the README's come from --publish docs/demo)")
 
 
-def run_demo(args: argparse.Namespace) -> int:
-    args.logs.mkdir(parents=True, exist_ok=True)
-    if port_open("127.0.0.1", args.web_port):
-        print(f"port {args.web_port} is in use: pass --web-port", file=sys.stderr)
-        return 2
-    prefix = "demo"
-    print(
-        f"banditflow demo: {args.events} events, learner {args.learner_id!r} (conformal/sps, "
-        f"target coverage {args.alpha}); logs in {args.logs}/"
-    )
+def live_line(reports: list[SimulationReport], started: float) -> str:
+    parts = []
+    for report in reports:
+        done = report.decided / max(report.expected, 1)
+        learner, *baseline = report.tallies
+        figure = f"regret {learner.regret:6.1f}"
+        if baseline:
+            figure += f" vs {baseline[0].regret:6.1f}"
+        if learner.coverage is not None:
+            figure = (f"cov {learner.coverage:.2f} size {learner.set_size:4.1f}"
+                      f"/{report.oracle_set_size:.1f}")
+        if report.budget is not None:
+            price = "-" if learner.dual_price is None else f"{learner.dual_price:.2f}"
+            figure += f" spent {learner.spent:4.0f}/{report.budget:.0f} dual {price}"
+        parts.append(f"{report.family} {done:4.0%} {figure}")
+    total = sum(r.decided for r in reports)
+    elapsed = time.monotonic() - started
+    return f"[{elapsed:4.0f}s {total / max(elapsed, 1e-9):5.0f} dec/s] " + " | ".join(parts)
+
+
+async def run_applications(
+    settings: list[SimulationSettings], prepared: list, tty: bool
+) -> list[SimulationReport]:
+    reports = [report for _, report in prepared]
     started = time.monotonic()
-    with EmbeddedBroker(port=args.port, log_path=args.logs / "broker.log") as broker:
-        print(f"- embedded broker (Tansu) on {broker.bootstrap}")
-        worker = start_worker(
-            broker.bootstrap, args.web_port, args.partitions, prefix, args.logs / "worker.log"
-        )
-        try:
-            wait_until_ready(worker, args.web_port, timeout_s=90)
-            metrics_url = f"http://127.0.0.1:{args.web_port}/metrics"
-            print(f"- worker up, metrics at {metrics_url}")
-            settings = SimulationSettings.from_args(args)
-            settings.bootstrap, settings.prefix = broker.bootstrap, prefix
-            report = run_simulation(settings, lambda r: progress_line(r, args.events))
-            if sys.stdout.isatty():
-                print()
-            text = wait_for_feedback(metrics_url, args.learner_id, report.feedback_sent)
-        finally:
-            stop(worker)
-    print_summary(text, args, report, time.monotonic() - started)
-    return 0 if not report.timed_out and report.decided == args.events else 1
+
+    async def view() -> None:
+        while True:
+            line = live_line(reports, started)
+            print(f"\r{line}\x1b[K" if tty else line, end="" if tty else "\n", flush=True)
+            await asyncio.sleep(1.0 if tty else 5.0)
+
+    viewer = asyncio.create_task(view())
+    try:
+        return list(await asyncio.gather(*(simulate(s, None, p)
+                                           for s, p in zip(settings, prepared, strict=True))))
+    finally:
+        viewer.cancel()
+        if tty:
+            print()
 
 
-def wait_for_feedback(url: str, learner_id: str, expected: int, timeout_s: float = 30.0) -> str:
-    """The /metrics text once the worker has applied the feedback the simulator sent."""
+def wait_for_feedback(url: str, reports: list[SimulationReport], timeout_s: float = 30.0) -> str:
+    """The /metrics text once the worker has applied the truth the applications sent."""
     deadline = time.monotonic() + timeout_s
     text = fetch(url)
     while time.monotonic() < deadline:
-        applied = value(text, "banditflow_learner_feedback", learner_id=learner_id) or 0.0
-        if applied >= expected:
-            break
+        behind = [t for r in reports for t in r.tallies
+                  if (value(text, "banditflow_learner_decisions", learner_id=t.learner_id) or 0)
+                  < t.decided]
+        if not behind:
+            time.sleep(1.0)  # the last truth records follow their decisions
+            return fetch(url)
         time.sleep(0.5)
         text = fetch(url)
     return text
 
 
-def print_summary(
-    text: str, args: argparse.Namespace, report: SimulationReport, elapsed: float
-) -> None:
-    lid = args.learner_id
+def run_demo(args: argparse.Namespace) -> int:
+    from streams.demo_report import checks, summary_rows, write_report
 
-    def learner(name: str) -> float | None:
-        return value(text, f"banditflow_learner_{name}", learner_id=lid)
+    families = args.family or list(APPLICATIONS)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    if port_open("127.0.0.1", args.web_port):
+        print(f"port {args.web_port} is in use: pass --web-port", file=sys.stderr)
+        return 2
+    prefix = "demo"
+    started = time.monotonic()
+    settings = [
+        SimulationSettings(
+            prefix=prefix, family=family, baseline=True,
+            events=args.events or DEMO_EVENTS[family],
+            rate=DEMO_RATES[family] if args.rate is None else args.rate,
+            delay_mean=args.delay_mean, feedback_loss=args.feedback_loss, seed=args.seed,
+            timeout=300.0, workdir=out / "logs",
+        )
+        for family in families
+    ]
+    print(f"banditflow demo: {', '.join(families)}; a learner and a baseline each on the same "
+          f"traffic; logs in {out}/")
+    prepared = [prepare(s) for s in settings]
+    for setting, (_, report) in zip(settings, prepared, strict=True):
+        learner, baseline = report.tallies
+        print(f"- {report.family}: {learner.algorithm} vs {baseline.algorithm}, "
+              f"{report.events} contexts at {setting.rate:g}/s")
+    with EmbeddedBroker(port=args.port, log_path=out / "broker.log") as broker:
+        print(f"- embedded broker (Tansu) on {broker.bootstrap}")
+        worker = start_worker(broker.bootstrap, args.web_port, args.partitions, prefix,
+                              out / "worker.log")
+        try:
+            wait_until_ready(worker, args.web_port, timeout_s=90)
+            metrics_url = f"http://127.0.0.1:{args.web_port}/metrics"
+            print(f"- worker up, metrics at {metrics_url}")
+            for s in settings:
+                s.bootstrap = broker.bootstrap
+            reports = asyncio.run(run_applications(settings, prepared, sys.stdout.isatty()))
+            text = wait_for_feedback(metrics_url, reports)
+        finally:
+            stop(worker)
+    elapsed = time.monotonic() - started
+    rows = summary_rows(text, reports)
+    verdicts = checks(rows, reports)
+    report_path = write_report(out, rows, verdicts, reports, elapsed)
+    summary = summary_text(rows, verdicts, reports, elapsed)
+    print(summary)
+    if args.publish is not None:
+        args.publish.mkdir(parents=True, exist_ok=True)
+        for image in report_path.parent.glob("*.png"):
+            shutil.copyfile(image, args.publish / image.name)
+        (args.publish / "demo.txt").write_text(summary.lstrip("\n") + "\n")
+    print(f"\nreport: {report_path}")
+    complete = all(not r.timed_out and r.decided == r.expected for r in reports)
+    return 0 if complete and all(v.passed for v in verdicts) else 1
 
-    def fmt(x: float | None, digits: int = 3) -> str:
-        return "n/a" if x is None else f"{x:.{digits}f}"
 
-    env = GaussianScores(labels=args.labels, alpha=args.alpha)
-    dead = sum(
-        v for (name, _), v in samples(text).items() if name == "banditflow_dead_letters_total"
-    )
-    regret = {
-        kind: value(text, "banditflow_regret", learner_id=lid, kind=kind)
-        for kind in ("estimate", "exact")
-    }
-    print("\nsummary (from the worker's /metrics)")
-    print(f"  decisions            {fmt(learner('decisions'), 0)}")
-    print(f"  feedback applied     {fmt(learner('feedback'), 0)}")
-    print(f"  coverage             {fmt(learner('coverage'))}  (target {args.alpha})")
-    print(f"  mean set size        {fmt(learner('mean_set_size'), 2)}  of {args.labels} labels")
-    print(f"  threshold            {fmt(learner('threshold'))}  (tau* = {env.tau_star:.3f})")
-    print(f"  regret estimate      {fmt(regret['estimate'], 2)}")
-    print(f"  regret (exact)       {fmt(regret['exact'], 2)}  (from the truth topic)")
-    print(f"  dead letters         {dead:.0f}")
-    print(f"  events/s             {report.decisions_per_s:.0f} decisions/s end to end")
-    print(f"  wall time            {elapsed:.1f}s")
+def summary_text(rows: list[dict], verdicts: list, reports: list[SimulationReport],
+                 elapsed: float) -> str:
+    from streams.demo_report import summary_table
+
+    decided = sum(r.decided for r in reports)
+    return "\n".join([
+        "\nsummary (from the worker's /metrics; coverage and set size over the last "
+        f"{RECENT} decisions)",
+        summary_table(rows),
+        "\nconvergence",
+        *(f"  {'PASS' if v.passed else 'FAIL'}  {v.family:<10} {v.text}" for v in verdicts),
+        f"\n{decided} decisions in {elapsed:.1f}s wall time (broker and worker start included)",
+    ])

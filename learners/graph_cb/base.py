@@ -43,6 +43,8 @@ from learners.base import (
     Learner,
     LearnerError,
     LoggedExample,
+    Stats,
+    add_stat,
     check_unknown,
     require,
 )
@@ -229,6 +231,31 @@ class GraphCBLearner(Learner):
             learner.learn({"features": example.features, "action": example.action},
                           {"losses": losses})
         return {**fresh, "initial_oracle": learner.to_state()["oracle"]}
+
+    @classmethod
+    def stats_on_truth(
+        cls,
+        stats: Stats,
+        output: Mapping[str, Any],
+        truth: Mapping[str, Any],
+        params: Mapping[str, Any],
+    ) -> None:
+        """Exact regret of a decision from every action's loss: the expected loss of the
+        played distribution p minus the best action's (p, not the sampled action, so the
+        exploration the learner chose counts and the sampling noise does not)."""
+        losses = truth.get("all_losses")
+        if not losses:
+            return
+        p = output["p"]
+        expected = sum(p[int(a)] * float(loss) for a, loss in losses.items() if int(a) < len(p))
+        add_stat(stats, "regret_exact", expected - min(float(v) for v in losses.values()))
+
+    @classmethod
+    def stats_gauges(
+        cls, stats: Stats, summary: Mapping[str, Any], values: dict[str, Any]
+    ) -> None:
+        if "regret_exact" in stats:
+            values["regret_exact"] = stats["regret_exact"]
 
     def summary(self) -> dict[str, float | list[float]]:
         """Decisions made; the progressive-validation loss (``mean_loss``) is averaged by

@@ -22,6 +22,12 @@ FAMILY = Family(
             dict[str, float] | None, Field(None, description="graph_cb: revealed action -> loss")
         ),
     },
+    truth={
+        "all_losses": (
+            dict[str, float] | None,
+            Field(None, description="graph_cb: every action's loss (exact regret)"),
+        ),
+    },
     gauges={"mean_loss": "Progressive-validation loss (graph_cb)"},
     action_distribution=True,
     evaluation="offline.evaluation.graph_cb",

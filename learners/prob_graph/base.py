@@ -48,6 +48,8 @@ from learners.base import (
     Learned,
     Learner,
     LearnerError,
+    Stats,
+    add_stat,
     check_unknown,
     require,
 )
@@ -214,6 +216,27 @@ class ProbGraphLearner(Learner):
         arm, _ = self.open.pop(key)
         self.in_flight[arm] -= 1
         self.plays[arm] += 1
+
+    @classmethod
+    def stats_on_truth(
+        cls,
+        stats: Stats,
+        output: Mapping[str, Any],
+        truth: Mapping[str, Any],
+        params: Mapping[str, Any],
+    ) -> None:
+        """Exact (pseudo-)regret of a decision from the arms' true means: the best mean minus
+        the played arm's."""
+        means = truth.get("arm_means")
+        if means:
+            add_stat(stats, "regret_exact", max(means) - float(means[int(output["arm"])]))
+
+    @classmethod
+    def stats_gauges(
+        cls, stats: Stats, summary: Mapping[str, Any], values: dict[str, Any]
+    ) -> None:
+        if "regret_exact" in stats:
+            values["regret_exact"] = stats["regret_exact"]
 
     def summary(self) -> dict[str, float | list[float]]:
         return {

@@ -18,6 +18,12 @@ FAMILY = Family(
             bool | None, Field(None, description="prob_graph: no more feedback will follow")
         ),
     },
+    truth={
+        "arm_means": (
+            list[float] | None,
+            Field(None, description="prob_graph: every arm's true mean reward (exact regret)"),
+        ),
+    },
     arm_gauges={"arm_pulls": "Pulls per arm (prob_graph)"},
     evaluation="offline.evaluation.prob_graph",
     logs=("offline.logs.prob_graph",),

@@ -23,8 +23,9 @@ from typing import Any
 import pytest
 from kafka import KafkaProducer
 
+from offline.environments import APPLICATIONS
 from streams.broker import free_port
-from streams.simulate import SimulationSettings, run_simulation
+from streams.simulate import SimulationSettings, run_simulations
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +38,12 @@ COMPOSE = DEPLOY / "docker-compose.yml"
 
 JOB = "banditflow"  # the scrape job the rules and dashboards select on
 RATE_INTERVAL = "15s"  # stands in for Grafana's $__rate_interval (1 s scrapes here)
-SIM_LEARNER = "sim"
+# The demo's applications, a learner and its baseline per family, briefly.
+FAMILIES = sorted(APPLICATIONS)
+EVENTS = 200
+SIM_LEARNER = "conformal-sps"
+LEARNERS = {f"{family}-{algorithm}" for family, a in APPLICATIONS.items()
+            for algorithm in (a.learner, a.baseline)}
 # Panels allowed to return no data here (nothing fires during the test).
 MAY_BE_EMPTY = {"Firing banditflow alerts"}
 # The alerts the deployment promises (more may exist).
@@ -193,44 +199,9 @@ def start_prometheus(tmp_path: Path) -> Iterator[Callable[[str], Prometheus]]:
         server.stop()
 
 
-def drive_other_families(producer: KafkaProducer, prefix: str) -> None:
-    """A few events for one learner of every other family, so that their gauges exist, and a
-    malformed record, so that a dead letter exists."""
-
-    def send(topic: str, key: str, value: dict[str, Any] | bytes) -> None:
-        body = value if isinstance(value, bytes) else json.dumps(value).encode()
-        producer.send(f"{prefix}.{topic}", key=key.encode(), value=body)
-
-    configs = {
-        "budget": ("deferral", "ucb", {"dim": 2, "budget": 5.0, "horizon": 100}),
-        "graph": ("graph_cb", "squarecb_g", {"actions": 3, "graph_kind": "full",
-                                             "feature_dim": 2}),
-        # every arm reveals every arm: any feedback is possible whichever arm was played
-        "arms": ("prob_graph", "ucb_n", {"arms": 3, "edges": [[i, j, 1.0] for i in range(3)
-                                                              for j in range(3)]}),
-    }
-    for lid, (family, algorithm, params) in configs.items():
-        send("learners", lid, {"learner_id": lid, "family": family, "algorithm": algorithm,
-                               "params": params})
-    producer.flush()
-    for i in range(5):
-        send("contexts", "budget", {"learner_id": "budget", "event_id": f"b{i}",
-                                    "features": [0.1 * i, 0.2]})
-        send("contexts", "graph", {"learner_id": "graph", "event_id": f"g{i}",
-                                   "features": [0.1 * i, 0.2]})
-        send("contexts", "arms", {"learner_id": "arms", "event_id": f"a{i}"})
-    send("contexts", "graph", b"{not json")
-    producer.flush()
-    time.sleep(1.0)  # feedback before its decision would be held, not lost; this is faster
-    for i in range(5):
-        # deferral UCB starts with a high dual price: it does not defer, the model part settles
-        # (not waited for below: the processor strips "part" before the learner sees it)
-        send("feedback", "budget", {"learner_id": "budget", "event_id": f"b{i}",
-                                    "part": "model", "model_reward": 0.5})
-        send("feedback", "graph", {"learner_id": "graph", "event_id": f"g{i}",
-                                   "losses": {"0": 0.1, "1": 0.5, "2": 0.9}})
-        send("feedback", "arms", {"learner_id": "arms", "event_id": f"a{i}",
-                                  "rewards": {"0": 0.3, "1": 0.6, "2": 0.9}, "complete": True})
+def dead_letter(producer: KafkaProducer, prefix: str) -> None:
+    """A malformed record, so that a dead letter exists."""
+    producer.send(f"{prefix}.contexts", key=b"graph", value=b"{not json")
     producer.flush()
 
 
@@ -254,7 +225,7 @@ def substitute(expr: str, values: dict[str, str]) -> str:
 
 
 def test_dashboards_and_alerts_against_real_prometheus(
-    broker, start_worker, start_prometheus, producer: KafkaProducer
+    broker, start_worker, start_prometheus, producer: KafkaProducer, tmp_path: Path
 ) -> None:
     binary("prometheus")
     started = time.monotonic()
@@ -262,11 +233,15 @@ def test_dashboards_and_alerts_against_real_prometheus(
     worker = start_worker(prefix, partitions=2)
     prometheus = start_prometheus(f"127.0.0.1:{worker.web_port}")
 
-    drive_other_families(producer, prefix)
-    report = run_simulation(SimulationSettings(
-        bootstrap=broker.bootstrap, prefix=prefix, learner_id=SIM_LEARNER, events=300,
-        labels=10, window=100, delay_mean=0.05, timeout=60))
-    assert not report.timed_out and report.decided == 300, report.render()
+    dead_letter(producer, prefix)
+    reports = run_simulations([
+        SimulationSettings(bootstrap=broker.bootstrap, prefix=prefix, family=family,
+                           baseline=True, events=EVENTS, window=100, delay_mean=0.05,
+                           timeout=60, workdir=tmp_path / "logs")
+        for family in FAMILIES
+    ])
+    for report in reports:
+        assert not report.timed_out and report.decided == 2 * EVENTS, report.render()
 
     # promtool lints the exposition the worker serves.
     exposition = worker.metrics()
@@ -279,10 +254,13 @@ def test_dashboards_and_alerts_against_real_prometheus(
         return result["status"] == "success" and bool(result["data"]["result"])
 
     # Wait until Prometheus has scraped the final state of every family.
-    for expr in (f'banditflow_learner_feedback{{learner_id="{SIM_LEARNER}"}} >= 300',
-                 'banditflow_learner_mean_loss{learner_id="graph"}',
-                 'banditflow_learner_mean_reward{learner_id="arms"}',
-                 'banditflow_arm_pulls{learner_id="arms"}',
+    for expr in (*(f'banditflow_learner_feedback{{learner_id="{lid}"}} >= {EVENTS}'
+                   for lid in LEARNERS),
+                 *(f'banditflow_regret{{learner_id="{lid}", kind="exact"}}' for lid in LEARNERS),
+                 'banditflow_learner_mean_loss{family="graph_cb"}',
+                 'banditflow_learner_mean_reward{family="prob_graph"}',
+                 'banditflow_arm_pulls{family="prob_graph"}',
+                 'banditflow_learner_opt_reward{family="deferral"}',
                  'banditflow_dead_letters_total{reason="malformed_json"}'):
         prometheus.wait_for(expr, lambda expr=expr: has_data(expr))
     time.sleep(2.0)  # a few more scrapes, so that every rate window holds two samples
@@ -297,7 +275,9 @@ def test_dashboards_and_alerts_against_real_prometheus(
             resolved[variable["name"]] = variable_values(prometheus, query)
             assert resolved[variable["name"]], f"{path.name}: ${variable['name']} lists nothing"
         if "learner_id" in resolved:
-            assert {SIM_LEARNER, "budget", "graph", "arms"} <= set(resolved["learner_id"])
+            assert set(resolved["learner_id"]) >= LEARNERS
+        if "family" in resolved:
+            assert set(FAMILIES) <= set(resolved["family"])
         choices = [
             {n: ".*" for n in resolved},
             # Grafana's multi-value format: regex-escaped, backslashes doubled for the string
@@ -324,7 +304,7 @@ def test_dashboards_and_alerts_against_real_prometheus(
     coverage = prometheus.query(f'banditflow_learner_coverage{{learner_id="{SIM_LEARNER}"}}')
     assert 0.5 < float(coverage["data"]["result"][0]["value"][1]) <= 1.0
     decided = prometheus.query(f'sum(banditflow_records_total{{job="{JOB}", outcome="decided"}})')
-    assert float(decided["data"]["result"][0]["value"][1]) >= 300 + 15
+    assert float(decided["data"]["result"][0]["value"][1]) >= 2 * EVENTS * len(FAMILIES)
 
     # Every alert rule is loaded, evaluates without error, and its expression is valid.
     def rules() -> list[dict[str, Any]]:
