@@ -144,6 +144,10 @@ class Traffic:
         tau = self.task.tau_star
         return float(np.mean([sum(s >= tau for s in r.context["scores"]) for r in self.rounds]))
 
+    def target_coverage(self) -> float | None:
+        """conformal: the learners' target coverage."""
+        return self.task.alpha if self.application.family == "conformal" else None
+
     def budget(self) -> float | None:
         """deferral: the budget B of the run (rounds = one period)."""
         return self.task.budget if self.application.family == "deferral" else None

@@ -70,7 +70,9 @@ def checks(rows: list[dict[str, Any]], reports: list[SimulationReport]) -> list[
         learner, baseline = (next(r for r in rows if r["family"] == report.family
                                   and r["role"] == role) for role in ("learner", "baseline"))
         name = learner["algorithm"]
-        if report.family == "conformal":
+        # What the traffic offers decides the check: prediction sets have an oracle set size,
+        # a budgeted family a budget; the others are judged on regret.
+        if report.oracle_set_size is not None:
             size, oracle = learner["recent_set_size"], report.oracle_set_size
             coverage, target = learner["recent_coverage"], report.target_coverage
             off = abs(size - oracle) / oracle
@@ -80,7 +82,7 @@ def checks(rows: list[dict[str, Any]], reports: list[SimulationReport]) -> list[
             text = (f"{name}: recent set size {size:.2f} vs oracle {oracle:.2f} ({off:.0%} off, "
                     f"<= {SET_SIZE_TOLERANCE:.0%}); coverage {overall:.3f} over the run, "
                     f"{coverage:.3f} recently (target {target})")
-        elif report.family == "deferral":
+        elif report.budget is not None:
             spent, budget = learner["budget_spent"] or 0.0, report.budget or 0.0
             passed = BUDGET_USE * budget <= spent <= budget
             text = (f"{name}: spent {spent:.1f} of budget {budget:.1f} ({spent / budget:.0%}; "
@@ -144,7 +146,7 @@ def plot(reports: list[SimulationReport], out: Path) -> list[Path]:
     plt.close(fig)
 
     for report in reports:
-        if report.family == "conformal":
+        if report.oracle_set_size is not None:
             fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
             for tally in report.tallies:
                 xs = [p.decided for p in tally.trajectory]
@@ -161,7 +163,7 @@ def plot(reports: list[SimulationReport], out: Path) -> list[Path]:
             paths.append(out / "conformal.png")
             fig.savefig(paths[-1], dpi=110)
             plt.close(fig)
-        if report.family == "deferral":
+        if report.budget is not None:
             fig, ax = plt.subplots(figsize=(4.5, 3.4))
             for tally in report.tallies:
                 ax.plot([p.decided for p in tally.trajectory],

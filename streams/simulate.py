@@ -245,9 +245,8 @@ def prepare(settings: SimulationSettings) -> tuple[Traffic, SimulationReport]:
             params |= application.learner_params
         tallies.append(LearnerTally(learner_id, algorithm, role,
                                     learner_class(settings.family, algorithm), params))
-    target = played.task.alpha if settings.family == "conformal" else None
     report = SimulationReport(settings.family, events, tallies, played.oracle_set_size(),
-                              played.budget(), target)
+                              played.budget(), played.target_coverage())
     return played, report
 
 

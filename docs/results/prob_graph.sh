@@ -9,7 +9,8 @@
 # 10 seeds, every graph; LEARNERS="lp_policy" reruns only the LP policy), choice (lp_policy with
 # alpha_rule=log, the spec's alpha(t) = log t and the default before issue 16 part 2, as
 # "lp_log", and with lp_choice=reveal and lp_choice=ratio under the same alpha(t) = log t;
-# CHOICES selects among "log reveal ratio"), evaluate (banditflow evaluate: the same rounds
+# CHOICES selects among "log reveal ratio", default "reveal ratio"; the report leaves lp_log
+# out), evaluate (banditflow evaluate: the same rounds
 # through the worker's processors, shorter), report (tables, results.json and PNGs into
 # docs/results/prob_graph/; target.md: issue 16's targets per scenario), floor (the exploit
 # test's cost on the revealing graph with the lower bound's own plan, for alpha(t) = log t and
@@ -27,7 +28,7 @@ STEPS=${STEPS:-scenarios direct choice evaluate report floor}
 NICE="nice -n 10"
 NAMES="revealing revealing-cascade er er-cascade clique clique-cascade random random-cascade"
 LEARNERS=${LEARNERS:-lp_policy ucb_n thompson}
-CHOICES=${CHOICES:-log reveal ratio}
+CHOICES=${CHOICES:-reveal ratio}
 # Horizons and seeds: every scenario runs the learners alone for T_LONG rounds and SEEDS
 # seeds (one job per run), and for T_EVAL rounds through the worker's processors.
 T_LONG=${T_LONG:-100000}
@@ -90,7 +91,7 @@ fi
 
 if has_step report; then
   $PY -m offline.evaluation.prob_graph report "$WORK/direct" "$OUT/direct" \
-    --learners lp_policy,lp_log,lp_reveal,lp_ratio,ucb_n,thompson --at "$T_EVAL,10000"
+    --learners lp_policy,lp_reveal,lp_ratio,ucb_n,thompson --at "$T_EVAL,10000"
   $PY -m offline.evaluation.prob_graph report "$WORK/evaluate" "$OUT/evaluate"
   # Issue 16's targets: mean R_T <= 2 C* log T and every seed <= 4 C* log T (C* > 0 only).
   $PY - "$OUT/direct/results.json" > "$OUT/direct/target.md" <<'EOF'
@@ -99,7 +100,7 @@ import math
 import sys
 
 results = json.load(open(sys.argv[1]))
-learners = ("lp_policy", "lp_log", "lp_reveal", "lp_ratio")
+learners = ("lp_policy", "lp_reveal", "lp_ratio")
 print("| scenario | C* log T | 2 C* log T | "
       + " | ".join(f"{name}: mean / C* log T, worst seed" for name in learners) + " |")
 print("|---|---|---|" + "---|" * len(learners))
