@@ -51,6 +51,17 @@ class Family:
     """``banditflow_learner_<name>`` gauges, with their help text."""
     arm_gauges: Mapping[str, str] = field(default_factory=dict)
     """``banditflow_<name>{arm=...}`` gauges: one series per arm of a list-valued gauge."""
+    played_action: str | None = None
+    """Field of a decision's output holding the index of the one action it played: its
+    decisions are logged rounds for off-policy evaluation (:func:`offline.archive.joined_rounds`).
+    None: they play no single action."""
+    revealed: str | None = None
+    """Feedback field mapping each revealed action's index (as text) to its value."""
+    revealed_are_losses: bool = False
+    """The revealed values are losses (a round's reward is minus the loss), not rewards."""
+    action_count_params: tuple[str, ...] = ()
+    """Config parameters giving the number of actions, tried in order: an integer, or a list
+    with one entry per action (when the decisions carry no distribution ``p``)."""
     action_distribution: bool = False
     """Decisions carry the played ``action`` and the distribution ``p`` it was drawn from, so
     off-policy evaluation (``banditflow ope --policy CONFIG``) can score the learners."""
