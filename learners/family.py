@@ -45,6 +45,10 @@ class Family:
     feedback_qualifiers: frozenset[str] = frozenset()
     """Feedback fields that qualify another and say nothing on their own (feedback carrying
     only these is refused as empty)."""
+    sized: Mapping[str, str] = field(default_factory=dict)
+    """Context fields bounded by a worker input limit, with the :class:`schemas.Limits`
+    attribute bounding them (``max_labels``: the list's length; ``max_features``: the numbers
+    in it, nested lists included)."""
     context_validators: Mapping[str, Any] = field(default_factory=dict)
     feedback_validators: Mapping[str, Any] = field(default_factory=dict)
     gauges: Mapping[str, str] = field(default_factory=dict)

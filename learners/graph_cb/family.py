@@ -17,6 +17,7 @@ FAMILY = Family(
             Field(None, description="graph_cb: per-event feedback graph, G[a][j] = P(a reveals j)"),
         ),
     },
+    sized={"features": "max_features", "graph": "max_features"},
     feedback={
         "losses": (
             dict[str, float] | None, Field(None, description="graph_cb: revealed action -> loss")

@@ -158,3 +158,7 @@ def test_a_family_with_fields_the_schemas_lack_is_refused() -> None:
         register(odd)
     with pytest.raises(LearnerError, match="unknown family 'odd'"):
         family("odd")
+    loose = Family(name="loose", algorithms=__name__, context={"features": FEATURES},
+                   sized={"features": "max_labels"})
+    with pytest.raises(LearnerError, match="'features' is not bounded by max_labels"):
+        register(loose)
