@@ -67,12 +67,20 @@ class Family:
     """Config parameters giving the number of actions, tried in order: an integer, or a list
     with one entry per action (when the decisions carry no distribution ``p``)."""
     action_distribution: bool = False
-    """Decisions carry the played ``action`` and the distribution ``p`` it was drawn from, so
-    off-policy evaluation (``banditflow ope --policy CONFIG``) can score the learners."""
+    """Decisions carry the played action (``played_action``) and the distribution ``p`` it was
+    drawn from, so off-policy evaluation (``banditflow ope --policy CONFIG``) can score the
+    learners: they then learn from logged rounds as if they had played the logged action, put
+    in their pending state under the ``played_action`` key, with its ``revealed`` feedback."""
     evaluation: str | None = None
     """Module of the family's ``banditflow evaluate`` task (see :mod:`offline.evaluation`)."""
     logs: tuple[str, ...] = ()
     """Modules defining the family's ``make-log`` builders, ``LOGS`` (see :mod:`offline.logs`)."""
+
+    def __post_init__(self) -> None:
+        if self.action_distribution and (self.played_action is None or self.revealed is None):
+            raise ValueError(
+                f"family {self.name!r}: action_distribution needs played_action and revealed"
+            )
 
 
 def lazy_package(
