@@ -45,19 +45,42 @@ class Family:
     feedback_qualifiers: frozenset[str] = frozenset()
     """Feedback fields that qualify another and say nothing on their own (feedback carrying
     only these is refused as empty)."""
+    sized: Mapping[str, str] = field(default_factory=dict)
+    """Context fields bounded by a worker input limit, with the :class:`schemas.Limits`
+    attribute bounding them (``max_labels``: the list's length; ``max_features``: the numbers
+    in it, nested lists included)."""
     context_validators: Mapping[str, Any] = field(default_factory=dict)
     feedback_validators: Mapping[str, Any] = field(default_factory=dict)
     gauges: Mapping[str, str] = field(default_factory=dict)
     """``banditflow_learner_<name>`` gauges, with their help text."""
     arm_gauges: Mapping[str, str] = field(default_factory=dict)
     """``banditflow_<name>{arm=...}`` gauges: one series per arm of a list-valued gauge."""
+    played_action: str | None = None
+    """Field of a decision's output holding the index of the one action it played: its
+    decisions are logged rounds for off-policy evaluation (:func:`offline.archive.joined_rounds`).
+    None: they play no single action."""
+    revealed: str | None = None
+    """Feedback field mapping each revealed action's index (as text) to its value."""
+    revealed_are_losses: bool = False
+    """The revealed values are losses (a round's reward is minus the loss), not rewards."""
+    action_count_params: tuple[str, ...] = ()
+    """Config parameters giving the number of actions, tried in order: an integer, or a list
+    with one entry per action (when the decisions carry no distribution ``p``)."""
     action_distribution: bool = False
-    """Decisions carry the played ``action`` and the distribution ``p`` it was drawn from, so
-    off-policy evaluation (``banditflow ope --policy CONFIG``) can score the learners."""
+    """Decisions carry the played action (``played_action``) and the distribution ``p`` it was
+    drawn from, so off-policy evaluation (``banditflow ope --policy CONFIG``) can score the
+    learners: they then learn from logged rounds as if they had played the logged action, put
+    in their pending state under the ``played_action`` key, with its ``revealed`` feedback."""
     evaluation: str | None = None
     """Module of the family's ``banditflow evaluate`` task (see :mod:`offline.evaluation`)."""
     logs: tuple[str, ...] = ()
     """Modules defining the family's ``make-log`` builders, ``LOGS`` (see :mod:`offline.logs`)."""
+
+    def __post_init__(self) -> None:
+        if self.action_distribution and (self.played_action is None or self.revealed is None):
+            raise ValueError(
+                f"family {self.name!r}: action_distribution needs played_action and revealed"
+            )
 
 
 def lazy_package(

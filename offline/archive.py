@@ -2,9 +2,11 @@
 
 :func:`joined_rounds` is the one place that turns an archive's records into logged rounds
 (context, decision with its propensities, feedback, reward): off-policy evaluation reads
-nothing else. A round is a decision of a family that plays one action (``graph_cb``:
-``action`` with the full distribution ``p``; ``prob_graph``: ``arm``, no propensity) or an
-imported decision (``action`` with ``p`` or only the played action's ``propensity``).
+nothing else. A round is a decision of a family whose front door names the output field of
+the one action it plays (``played_action``; graph_cb's decisions also carry the full
+distribution ``p``, prob_graph's no propensity), or an imported decision (filed under
+graph_cb: ``action`` with ``p`` or only the played action's ``propensity``); each family
+names the feedback field revealing rewards or losses by action (``revealed``).
 
 >>> records = [
 ...     {"topic": "contexts", "partition": 0, "offset": 0, "key": "r",
@@ -29,6 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from learners.base import LearnerError
+from learners.family import Family
+from learners.registry import family
 from schemas.archive import ArchiveHeader, ArchiveRecord
 
 
@@ -108,32 +113,42 @@ class LoggedRound:
     ts: float | None = None
 
 
-def _played(output: Mapping[str, Any]) -> int | None:
-    for name in ("action", "arm"):
-        if isinstance(output.get(name), int):
-            return int(output[name])
-    return None
+def _family(name: Any) -> Family | None:
+    try:
+        return family(str(name))
+    except LearnerError:  # a family this build does not know: its decisions are no rounds
+        return None
 
 
-def _revealed_rewards(feedback: Mapping[str, Any]) -> dict[int, float]:
-    """Rewards by action of one feedback: graph_cb ``losses`` (negated), prob_graph ``rewards``."""
+def _played(declared: Family, output: Mapping[str, Any]) -> int | None:
+    action = output.get(declared.played_action) if declared.played_action else None
+    return action if isinstance(action, int) else None
+
+
+def _revealed_rewards(declared: Family, feedback: Mapping[str, Any]) -> dict[int, float]:
+    """Rewards by action of one feedback (the family's ``revealed`` field, negated when it
+    holds losses)."""
     revealed: dict[int, float] = {}
-    for name, sign in (("losses", -1.0), ("rewards", 1.0)):
-        for key, value in (feedback.get(name) or {}).items():
-            try:
-                revealed[int(key)] = sign * float(value)
-            except (TypeError, ValueError):
-                continue
+    if declared.revealed is None:
+        return revealed
+    sign = -1.0 if declared.revealed_are_losses else 1.0
+    for key, value in (feedback.get(declared.revealed) or {}).items():
+        try:
+            revealed[int(key)] = sign * float(value)
+        except (TypeError, ValueError):
+            continue
     return revealed
 
 
-def _config_actions(config: Mapping[str, Any] | None) -> int | None:
+def _config_actions(declared: Family, config: Mapping[str, Any] | None) -> int | None:
     params = (config or {}).get("params") or {}
-    for name in ("actions", "arms"):
-        if isinstance(params.get(name), int):
-            return int(params[name])
-    graph = params.get("graph")
-    return len(graph) if isinstance(graph, list) else None
+    for name in declared.action_count_params:
+        value = params.get(name)
+        if isinstance(value, int):
+            return value
+        if isinstance(value, list):
+            return len(value)
+    return None
 
 
 def joined_rounds(records: Iterable[Mapping[str, Any]]) -> list[LoggedRound]:
@@ -146,7 +161,8 @@ def joined_rounds(records: Iterable[Mapping[str, Any]]) -> list[LoggedRound]:
     """
     contexts: dict[tuple[str, str], Mapping[str, Any]] = {}
     decisions: dict[tuple[str, str], Mapping[str, Any]] = {}
-    feedback: dict[tuple[str, str], dict[int, float]] = {}
+    # Read once the decision says the family (the feedback topic may come first).
+    feedback: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     configs: dict[str, Mapping[str, Any]] = {}
     for record in records:
         value = record.get("value")
@@ -162,14 +178,13 @@ def joined_rounds(records: Iterable[Mapping[str, Any]]) -> list[LoggedRound]:
         elif topic == "decisions":
             decisions.setdefault(key, value)
         elif topic == "feedback":
-            seen = feedback.setdefault(key, {})
-            for action, reward in _revealed_rewards(value).items():
-                seen.setdefault(action, reward)
+            feedback.setdefault(key, []).append(value)
     rounds = []
     for key, decision in decisions.items():
+        declared = _family(decision.get("family"))
         output = decision.get("output") or {}
-        action = _played(output)
-        if action is None:
+        action = None if declared is None else _played(declared, output)
+        if declared is None or action is None:
             continue
         p = output.get("p")
         if isinstance(p, list) and 0 <= action < len(p):
@@ -179,8 +194,11 @@ def joined_rounds(records: Iterable[Mapping[str, Any]]) -> list[LoggedRound]:
             p = None
             given = output.get("propensity")
             propensity = float(given) if isinstance(given, int | float) else None
-            actions = _config_actions(configs.get(key[0]))
-        revealed = feedback.get(key, {})
+            actions = _config_actions(declared, configs.get(key[0]))
+        revealed: dict[int, float] = {}
+        for value in feedback.get(key, []):
+            for revealed_action, reward in _revealed_rewards(declared, value).items():
+                revealed.setdefault(revealed_action, reward)
         context = contexts.get(key) or {}
         rounds.append(LoggedRound(
             learner_id=key[0],

@@ -43,6 +43,7 @@ from processors.records import (
     Hold,
     HoldKind,
     LearnerEntry,
+    LearnerSettings,
     Outcome,
     Published,
     Settled,
@@ -259,8 +260,8 @@ class Processor:
     @staticmethod
     def _rollback(entry: LearnerEntry) -> None:
         config = entry.config
-        learner: Learner = learner_class(config["family"], config["algorithm"]).from_state(
-            config["params"], entry.checkpoint
+        learner: Learner = learner_class(config.family, config.algorithm).from_state(
+            config.params, entry.checkpoint
         )
         for method, *args in entry.redo:
             if method == "decide":  # a fresh generator: it may have been drawn from
@@ -306,10 +307,9 @@ class Processor:
             detail = str(exc) if isinstance(exc, LearnerError) else f"{type(exc).__name__}: {exc}"
             self._dead(out, "invalid_config", detail, raw, source, now, lid)
             return out
-        new_config = config.model_dump(mode="json")
+        new_config = LearnerSettings.from_json(config.model_dump(mode="json"))
         old = store.learners.get(lid)
-        identity = ("family", "algorithm", "params", "seed")
-        if old is not None and all(old.config[k] == new_config[k] for k in identity):
+        if old is not None and old.config.same_learner(new_config):
             old.config = new_config  # only timeouts changed: keep learning
             store.touch_config(lid)
             self.sink.processed(source.topic, Outcome.UPDATED)
@@ -370,18 +370,18 @@ class Processor:
             return out
         config = entry.config
         fields = context.model_dump(exclude=ENVELOPE, exclude_none=True)
-        accepted = family(config["family"]).context
+        accepted = family(config.family).context
         foreign = sorted(name for name in fields if name not in accepted)
         if foreign:
             takes = ", ".join(sorted(accepted)) or "no fields beyond the envelope"
             self._dead(
                 out, "learner_rejected",
-                f"{', '.join(foreign)} is not {config['family']} context (it takes {takes})",
+                f"{', '.join(foreign)} is not {config.family} context (it takes {takes})",
                 raw, source, now, lid, eid,
             )
             return out
         try:
-            decided = self._call(entry, "decide", fields, LazyGenerator(config["seed"], eid))
+            decided = self._call(entry, "decide", fields, LazyGenerator(config.seed, eid))
         except LEARNER_FAILURES as exc:
             self._dead(out, failure_reason(exc), str(exc), raw, source, now, lid, eid)
             return out
@@ -391,7 +391,7 @@ class Processor:
             version=entry.version,
             decided_at=decided_at,
             context_ts=context_ts,
-            deadline=now + config["feedback_timeout_s"],
+            deadline=now + config.feedback_timeout_s,
             output=decided.output,
             pending=decided.pending,
         )
@@ -408,7 +408,7 @@ class Processor:
             )
             return out
         stats.on_decided(
-            entry.stats, type(entry.learner), decided.output, config["params"],
+            entry.stats, type(entry.learner), decided.output, config.params,
             entry.learner.summary(),
         )
         store.touch_learner(lid)
@@ -448,7 +448,7 @@ class Processor:
     ) -> Published:
         config = entry.config
         return Published(
-            lid, eid, config["family"], config["algorithm"], record.version,
+            lid, eid, config.family, config.algorithm, record.version,
             record.output_value(), record.decided_at, record.context_ts, redelivered,
         )
 
@@ -508,12 +508,12 @@ class Processor:
                 f"decided by learner version {record.version}, which has since been "
                 f"reconfigured to version {entry.version}",
             )
-        accepted = family(entry.config["family"]).feedback
+        accepted = family(entry.config.family).feedback
         foreign = sorted(name for name in fields if name not in accepted and name != "part")
         if foreign:
             return dead(
                 "contradicting_feedback",
-                f"{', '.join(foreign)} is not {entry.config['family']} feedback "
+                f"{', '.join(foreign)} is not {entry.config.family} feedback "
                 f"(it takes {', '.join(sorted(accepted))})",
             )
         try:
@@ -552,7 +552,7 @@ class Processor:
         else:
             entry = store.learners.get(lid)
             grace = (
-                entry.config["early_feedback_grace_s"]
+                entry.config.early_feedback_grace_s
                 if entry is not None
                 else self.unknown_learner_grace_s
             )
@@ -595,7 +595,7 @@ class Processor:
             type(entry.learner),
             record.output_value(),
             truth.model_dump(exclude=ENVELOPE),
-            config["params"],
+            config.params,
         )
         record.truth = True
         store.touch_learner(lid)

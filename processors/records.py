@@ -1,7 +1,8 @@
 """Typed records of a partition's state, and their JSON form in the state log.
 
-- :class:`LearnerEntry` - one per learner id: its config, version, statistics and the live
-  learner object (serialised with ``to_state`` only when the state log is written);
+- :class:`LearnerEntry` - one per learner id: its config (:class:`LearnerSettings`), version,
+  statistics and the live learner object (serialised with ``to_state`` only when the state
+  log is written);
 - :class:`DecisionRecord` - one per decided context, open until its feedback is complete,
   then settled (kept ``retention_s`` to re-emit the decision of a re-delivered context and
   to recognise duplicate feedback);
@@ -74,6 +75,49 @@ class Source:
     timestamp: float | None = None
 
 
+@dataclass(slots=True, kw_only=True)
+class LearnerSettings:
+    """A learner's config as the processors read it: the fields of :class:`schemas.LearnerConfig`.
+
+    Its JSON form is the config's ``model_dump(mode="json")``, keys in the same order (the
+    state log's ``c/<id>`` values are unchanged); fields missing from an older log take the
+    config's defaults.
+    """
+
+    learner_id: str
+    family: str
+    algorithm: str
+    params: JSON
+    seed: int = 0
+    feedback_timeout_s: float = 300.0
+    early_feedback_grace_s: float = 30.0
+    schema_version: int = SCHEMA_VERSION
+    ts: float | None = None
+
+    def same_learner(self, other: LearnerSettings) -> bool:
+        """Whether ``other`` configures the same learner (it may change only timeouts)."""
+        return (self.family, self.algorithm, self.params, self.seed) == (
+            other.family, other.algorithm, other.params, other.seed
+        )
+
+    def to_json(self) -> JSON:
+        return {
+            "schema_version": self.schema_version,
+            "learner_id": self.learner_id,
+            "ts": self.ts,
+            "family": self.family,
+            "algorithm": self.algorithm,
+            "params": self.params,
+            "seed": self.seed,
+            "feedback_timeout_s": self.feedback_timeout_s,
+            "early_feedback_grace_s": self.early_feedback_grace_s,
+        }
+
+    @classmethod
+    def from_json(cls, data: JSON) -> LearnerSettings:
+        return cls(**data)
+
+
 @dataclass(slots=True)
 class LearnerEntry:
     """A learner id's config, version and statistics, with its live learner.
@@ -83,7 +127,7 @@ class LearnerEntry:
     deterministic), so an event that raised changes nothing.
     """
 
-    config: JSON
+    config: LearnerSettings
     version: int
     stats: dict[str, float]
     learner: Learner
@@ -100,7 +144,7 @@ class LearnerEntry:
 
     def config_json(self) -> JSON:
         """The config part (key ``c/<id>`` in the state log; written when it changes)."""
-        return {"config": self.config, "version": self.version}
+        return {"config": self.config.to_json(), "version": self.version}
 
     def to_json(self) -> JSON:
         """The learning part (key ``l/<id>``; written whenever the learner changed)."""
@@ -110,9 +154,9 @@ class LearnerEntry:
 
     @classmethod
     def from_json(cls, config: JSON, learning: JSON) -> LearnerEntry:
-        settings = config["config"]
-        cls_ = learner_class(settings["family"], settings["algorithm"])
-        learner = cls_.from_state(settings["params"], learning["state"])
+        settings = LearnerSettings.from_json(config["config"])
+        cls_ = learner_class(settings.family, settings.algorithm)
+        learner = cls_.from_state(settings.params, learning["state"])
         return cls(
             settings, config["version"], dict(learning["stats"]), learner, learning["state"]
         )

@@ -124,7 +124,25 @@ def check_declared(declared: Family) -> None:
                     f"family {declared.name!r}: {kind} field {name!r} is not in the event "
                     "schemas; add the family to learners.registry.FAMILIES instead"
                 )
+    for name, limit in declared.sized.items():
+        if SIZED.get(name) != limit:
+            raise LearnerError(
+                f"family {declared.name!r}: context field {name!r} is not bounded by {limit} "
+                "in the event schemas; add the family to learners.registry.FAMILIES instead"
+            )
 
+
+def _sized() -> dict[str, str]:
+    """Context field -> the :class:`schemas.Limits` attribute bounding it, of every family."""
+    merged: dict[str, str] = {}
+    for declared in families().values():
+        for name, limit in declared.sized.items():
+            if merged.setdefault(name, limit) != limit:
+                raise RuntimeError(f"families bound context field {name!r} differently")
+    return merged
+
+
+SIZED = _sized()
 
 # Feedback fields that say something on their own; the others qualify them (deferral's
 # human_cost comes with human_reward).

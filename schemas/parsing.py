@@ -7,12 +7,18 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from schemas.events import SIZED
+
 T = TypeVar("T", bound=BaseModel)
+
+if set(SIZED.values()) - {"max_labels", "max_features"}:
+    raise RuntimeError(f"a family bounds a context field by an unknown limit: {SIZED}")
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Configurable input limits (the worker's ``--max-event-bytes`` etc.)."""
+    """Configurable input limits (the worker's ``--max-event-bytes`` etc.); which context
+    fields ``max_labels`` and ``max_features`` bound, each family declares (``Family.sized``)."""
 
     max_event_bytes: int = 1_000_000
     max_labels: int = 10_000
@@ -55,12 +61,15 @@ def parse_event(raw: bytes, model: type[T], limits: Limits) -> T:
         record = model.model_validate_json(raw)
     except ValidationError as exc:
         raise Rejected(*_reason(exc)) from None
-    labels = getattr(record, "labels", None)
-    if labels is not None and len(labels) > limits.max_labels:
-        raise Rejected("oversize", f"{len(labels)} labels exceeds the limit of {limits.max_labels}")
-    for name in ("features", "graph"):
+    for name, limit in SIZED.items():
         value = getattr(record, name, None)
-        if value is not None and _count_numbers(value) > limits.max_features:
+        if value is None:
+            continue
+        if limit == "max_labels" and len(value) > limits.max_labels:
+            raise Rejected(
+                "oversize", f"{len(value)} {name} exceeds the limit of {limits.max_labels}"
+            )
+        if limit == "max_features" and _count_numbers(value) > limits.max_features:
             raise Rejected(
                 "oversize", f"'{name}' has more than {limits.max_features} numbers (--max-features)"
             )

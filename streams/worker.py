@@ -715,7 +715,7 @@ class Worker:
         gauges = part.processor.gauges(learner_id)
         if entry is not None and gauges is not None:
             config = entry.config
-            self.sink.learner_state(learner_id, config["family"], config["algorithm"], gauges)
+            self.sink.learner_state(learner_id, config.family, config.algorithm, gauges)
 
     async def commit(self) -> None:
         """Make everything applied so far durable, then publish what it produced.

@@ -46,6 +46,7 @@ FAMILY = Family(
         "labels": (list[Label] | None, Field(None, description="conformal: candidate labels")),
         "scores": (list[float] | None, Field(None, description="conformal: one score per label")),
     },
+    sized={"labels": "max_labels"},
     context_validators={
         "_unique_labels": field_validator("labels")(_unique_labels),
         "_scores_match_labels": model_validator(mode="after")(_scores_match_labels),

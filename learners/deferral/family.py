@@ -11,6 +11,7 @@ FAMILY = Family(
     name="deferral",
     algorithms="learners.deferral",
     context={"features": FEATURES},
+    sized={"features": "max_features"},
     feedback={
         "model_reward": (float | None, Field(None)),
         "human_reward": (float | None, Field(None)),

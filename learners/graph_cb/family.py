@@ -17,6 +17,7 @@ FAMILY = Family(
             Field(None, description="graph_cb: per-event feedback graph, G[a][j] = P(a reveals j)"),
         ),
     },
+    sized={"features": "max_features", "graph": "max_features"},
     feedback={
         "losses": (
             dict[str, float] | None, Field(None, description="graph_cb: revealed action -> loss")
@@ -29,6 +30,10 @@ FAMILY = Family(
         ),
     },
     gauges={"mean_loss": "Progressive-validation loss (graph_cb)"},
+    played_action="action",
+    revealed="losses",
+    revealed_are_losses=True,
+    action_count_params=("actions", "graph"),
     action_distribution=True,
     evaluation="offline.evaluation.graph_cb",
     logs=("offline.logs.graph_cb",),

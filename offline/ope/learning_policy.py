@@ -2,7 +2,8 @@
 
 The SPEC is the path of a JSON learner config (``family``, ``algorithm``, ``params``,
 ``seed``, as produced to the learners topic; ``learner_id`` may be left out). The family's
-decisions must carry their distribution ``p`` (graph_cb). Going through the logged rounds
+decisions must carry their distribution ``p`` (its front door's ``action_distribution``:
+graph_cb). Going through the logged rounds
 in order, the learner first gives its distribution pi_t at round t's context (deciding with
 the generator the worker would use for that event id), which is what the estimators weigh
 round t with, and only then may learn from the round, the way Vowpal Wabbit's
@@ -77,6 +78,8 @@ class LearningPolicy:
         """The learner's distribution at each round, learning explore_eval-style between
         rounds (see the module docstring); ``propensities`` are the (clipped) mu_t."""
         config = self.config
+        declared = family(config.family)
+        assert declared.played_action is not None and declared.revealed is not None  # (Family)
         learner = make_learner(config.family, config.algorithm, config.params)
         accept = np.random.default_rng([config.seed, 0x0E7E])
         bound = min(propensities, default=1.0)
@@ -93,7 +96,10 @@ class LearningPolicy:
             target = np.asarray(p, dtype=float)
             distributions.append(target)
             if accept.random() < target[round_.action] * bound / propensity:
-                pending = {**decided.pending, "action": round_.action}
-                learner.learn(pending, {"losses": {str(round_.action): -float(round_.reward)}})
+                # As if it had played the logged action: the family's front door names where
+                # its pending state and its feedback hold the action and its loss or reward.
+                pending = {**decided.pending, declared.played_action: round_.action}
+                value = -float(round_.reward) if declared.revealed_are_losses else round_.reward
+                learner.learn(pending, {declared.revealed: {str(round_.action): value}})
                 self.learned_from += 1
         return distributions

@@ -34,9 +34,10 @@ def record(topic: str, value: dict | None, offset: int = 0) -> dict:
             "value": value}
 
 
-def decision(event_id: str, output: dict) -> dict:
-    return {"learner_id": "l", "event_id": event_id, "family": "graph_cb",
-            "algorithm": "squarecb_g", "learner_version": 1, "decided_at": 1.0, "output": output}
+def decision(event_id: str, output: dict, family: str = "graph_cb",
+             algorithm: str = "squarecb_g", learner_id: str = "l") -> dict:
+    return {"learner_id": learner_id, "event_id": event_id, "family": family,
+            "algorithm": algorithm, "learner_version": 1, "decided_at": 1.0, "output": output}
 
 
 def test_archive_round_trip_validates_every_line(tmp_path) -> None:
@@ -57,18 +58,22 @@ def test_archive_round_trip_validates_every_line(tmp_path) -> None:
         read_archive(tmp_path / "b.jsonl")
 
 
-def test_joined_view_dedupes_and_reads_the_config() -> None:
-    output = {"action": 0, "p": [0.5, 0.5]}
+def test_joined_view_dedupes_and_reads_each_family_from_its_front_door() -> None:
+    # graph_cb plays "action" with p and reveals losses; prob_graph plays "arm" with no p,
+    # reveals rewards and gives its arm count in the config; deferral plays no action.
     rounds = joined_rounds([
-        record("learners", {"learner_id": "l", "family": "prob_graph", "algorithm": "ucb_n",
+        record("learners", {"learner_id": "m", "family": "prob_graph", "algorithm": "ucb_n",
                             "params": {"arms": 3}}),
-        record("decisions", decision("e1", output)),
-        record("decisions", {**decision("e1", output), "redelivered": True}, 1),
         record("feedback", {"learner_id": "l", "event_id": "e1", "losses": {"0": 0.2}}),
+        record("decisions", decision("e1", {"action": 0, "p": [0.5, 0.5]})),
+        record("decisions", {**decision("e1", {"action": 0, "p": [0.5, 0.5]}),
+                             "redelivered": True}, 1),
         record("feedback", {"learner_id": "l", "event_id": "e1", "losses": {"0": 0.9, "1": 0.1}}),
-        record("decisions", decision("e2", {"arm": 2, "branch": "ucb"}), 2),
-        record("feedback", {"learner_id": "l", "event_id": "e2", "rewards": {"1": 1.0}}),
-        record("decisions", decision("e3", {"defer": True}), 3),
+        record("decisions", decision("e2", {"arm": 2, "branch": "ucb"}, "prob_graph", "ucb_n",
+                                     "m"), 2),
+        record("feedback", {"learner_id": "m", "event_id": "e2", "rewards": {"1": 1.0}}),
+        record("decisions", decision("e3", {"defer": True}, "deferral", "ucb"), 3),
+        record("decisions", decision("e4", {"action": 1}, "no_such_family"), 4),
     ])
     assert [r.event_id for r in rounds] == ["e1", "e2"]
     first, second = rounds

@@ -92,3 +92,18 @@ def test_rejections_explain_themselves(model, raw: bytes, reason: str, words: st
         parse_event(raw, model, Limits())
     assert info.value.reason == reason
     assert words in info.value.detail
+
+
+@pytest.mark.parametrize(("fields", "detail"), [
+    ({"labels": ["a", "b", "c"], "scores": [0.1, 0.2, 0.3]}, "3 labels exceeds the limit of 2"),
+    ({"features": [[1.0, 2.0], [3.0]]}, "'features' has more than 2 numbers (--max-features)"),
+    ({"features": [1.0], "graph": [[1.0, 0.0], [0.0, 1.0]]},
+     "'graph' has more than 2 numbers (--max-features)"),
+])
+def test_the_fields_families_bound_are_limited(fields: dict, detail: str) -> None:
+    # Which fields max_labels and max_features bound is each family's declaration (sized).
+    raw = json.dumps({"learner_id": "l", "event_id": "e", **fields}).encode()
+    with pytest.raises(Rejected) as rejected:
+        parse_event(raw, Context, Limits(max_labels=2, max_features=2))
+    assert (rejected.value.reason, rejected.value.detail) == ("oversize", detail)
+    parse_event(raw, Context, Limits(max_labels=3, max_features=4))

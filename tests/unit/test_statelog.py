@@ -16,7 +16,7 @@ import pytest
 import streams.statelog as statelog
 from learners.registry import make_learner
 from processors import PartitionStore, Processor, Source, StreamTimes
-from processors.records import LearnerEntry
+from processors.records import LearnerEntry, LearnerSettings
 from streams.statelog import Commit, LogReader, PartitionLog, decode, encode
 
 Records = list[tuple[int, bytes, bytes]]
@@ -300,8 +300,8 @@ def test_a_stale_claim_that_lands_late_is_ignored_even_with_a_higher_epoch() -> 
     assert w2.acked(append(log, w2.claim({}, {})))
     store = PartitionStore()
     store.put_learner("x", LearnerEntry(
-        {"learner_id": "x", "family": "conformal", "algorithm": "sps",
-         "params": {"alpha": 0.8, "horizon": 100}, "seed": 0},
+        LearnerSettings(learner_id="x", family="conformal", algorithm="sps",
+                        params={"alpha": 0.8, "horizon": 100}),
         1, {}, make_learner("conformal", "sps", {"alpha": 0.8, "horizon": 100}),
     ))
     assert w2.acked(append(log, w2.commit(store, store.changes(), {"learners": 5}, {}, [])))

@@ -15,6 +15,7 @@ from learners.family import Family
 from learners.fields import FEATURES
 from learners.prob_graph.family import FAMILY as PROB_GRAPH
 from learners.registry import family, register, unregister
+from offline.archive import joined_rounds
 from offline.evaluation.replay import LoggedRound, replay
 from processors import PartitionStore, Processor, Source
 from streams.metrics import PrometheusSink
@@ -65,6 +66,8 @@ TOY = Family(
     context={"features": FEATURES},
     feedback={"rewards": PROB_GRAPH.feedback["rewards"]},
     arm_gauges={"toy_pulls": "Pulls per arm (toy)"},
+    played_action="arm",
+    revealed="rewards",
     evaluation=__name__,
 )
 
@@ -135,6 +138,17 @@ def test_a_registered_family_replays_offline(toy: Family) -> None:
     assert len(rows) == 50 and summary["best_arm_rate"] == 49 / 50
 
 
+def test_a_registered_familys_decisions_are_logged_rounds(toy: Family) -> None:
+    def archived(topic: str, **value: Any) -> dict[str, Any]:
+        return {"topic": topic, "value": {"learner_id": "t", "event_id": "e", **value}}
+
+    (round_,) = joined_rounds([
+        archived("decisions", family="toy", algorithm="greedy", output={"arm": 1}),
+        archived("feedback", rewards={"1": 0.5, "0": 0.0}),
+    ])
+    assert (round_.action, round_.reward, round_.revealed) == (1, 0.5, {1: 0.5, 0: 0.0})
+
+
 def test_a_family_with_fields_the_schemas_lack_is_refused() -> None:
     from pydantic import Field
 
@@ -144,3 +158,7 @@ def test_a_family_with_fields_the_schemas_lack_is_refused() -> None:
         register(odd)
     with pytest.raises(LearnerError, match="unknown family 'odd'"):
         family("odd")
+    loose = Family(name="loose", algorithms=__name__, context={"features": FEATURES},
+                   sized={"features": "max_labels"})
+    with pytest.raises(LearnerError, match="'features' is not bounded by max_labels"):
+        register(loose)
