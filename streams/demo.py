@@ -27,8 +27,6 @@ from streams.simulate import RECENT, SimulationReport, SimulationSettings, prepa
 # chosen so that every family shows convergence within about a minute on 2 shared cores:
 # SPS needs about 8,000 rounds to come within 20 % of the oracle's set size (its threshold
 # is conservative by design), the other three show it after 1,000-2,000.
-DEMO_EVENTS = {"conformal": 8000, "graph_cb": 2000, "deferral": 2000, "prob_graph": 2000}
-DEMO_RATES = {"conformal": 300.0, "graph_cb": 100.0, "deferral": 100.0, "prob_graph": 100.0}
 
 
 def start_worker(
@@ -84,11 +82,11 @@ def add_demo_options(parser: argparse.ArgumentParser) -> None:
                         help="run only this family (repeatable; default: all four)")
     parser.add_argument("--events", type=int, default=None,
                         help="contexts per family (default: per family, "
-                        + ", ".join(f"{f} {n}" for f, n in DEMO_EVENTS.items()) + ")")
+                        + ", ".join(f"{f} {a.events}" for f, a in APPLICATIONS.items()) + ")")
     parser.add_argument("--rate", type=float, default=None,
                         help="contexts per second per family (0: as fast as the worker "
                         "goes; default: per family, "
-                        + ", ".join(f"{f} {r:g}" for f, r in DEMO_RATES.items()) + ")")
+                        + ", ".join(f"{f} {a.rate:g}" for f, a in APPLICATIONS.items()) + ")")
     parser.add_argument("--delay-mean", type=float, default=0.2,
                         help="mean feedback delay in seconds, exponential (default: %(default)s)")
     parser.add_argument("--feedback-loss", type=float, default=0.0,
@@ -176,8 +174,8 @@ def run_demo(args: argparse.Namespace) -> int:
     settings = [
         SimulationSettings(
             prefix=prefix, family=family, baseline=True,
-            events=args.events or DEMO_EVENTS[family],
-            rate=DEMO_RATES[family] if args.rate is None else args.rate,
+            events=args.events or APPLICATIONS[family].events,
+            rate=APPLICATIONS[family].rate if args.rate is None else args.rate,
             delay_mean=args.delay_mean, feedback_loss=args.feedback_loss, seed=args.seed,
             timeout=300.0, workdir=out / "logs",
         )

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +129,25 @@ class ConformalTask:
         rank = math.floor(n * (1.0 - alpha) + 1e-9)
         self.tau_star = float(self.true_scores[min(rank, n - 1)])
         self.target_miscoverage = 1.0 - alpha
+
+    @property
+    def target_coverage(self) -> float:
+        """The learners' target coverage (a live application's figure)."""
+        return self.alpha
+
+    def truth(self, round_: LoggedRound, output: Mapping[str, Any]) -> dict[str, Any]:
+        """The truth event a live application sends for this decision: the label and G* of
+        the threshold used, from which the worker computes exact regret and coverage."""
+        threshold = output["threshold"]
+        tau = -math.inf if threshold is None else float(threshold)
+        return {"label": round_.hidden,
+                "miscoverage": float(self.miscoverage(np.array([tau]))[0]),
+                "target_miscoverage": self.target_miscoverage}
+
+    def oracle_set_size(self, rounds: Sequence[LoggedRound]) -> float:
+        """The mean set size of the best fixed threshold tau* on ``rounds``."""
+        return float(np.mean([sum(s >= self.tau_star for s in r.context["scores"])
+                              for r in rounds]))
 
     def miscoverage(self, thresholds: np.ndarray) -> np.ndarray:
         """G*(tau) under the log's empirical distribution, for an array of thresholds."""

@@ -151,6 +151,13 @@ class DeferralTask:
         self.index = {event_id: t for t, event_id in enumerate(log.event_ids)}
         self._spent = 0.0
 
+    def truth(self, round_: LoggedRound, output: Mapping[str, Any]) -> dict[str, Any]:
+        """The truth event a live application sends: both arms' outcomes (exact regret)."""
+        t, log = round_.hidden, self.log
+        return {"model_reward": float(log.model_reward[t]),
+                "human_reward": float(log.human_reward[t]),
+                "human_cost": float(log.human_cost[t])}
+
     def rounds(self) -> Iterator[LoggedRound]:
         self._spent = 0.0
         for t, event_id in enumerate(self.log.event_ids):

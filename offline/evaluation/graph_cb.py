@@ -96,6 +96,10 @@ class GraphCBTask:
 
     family = "graph_cb"
 
+    def truth(self, round_: LoggedRound, output: Mapping[str, Any]) -> dict[str, Any]:
+        """The truth event a live application sends: every action's loss (exact regret)."""
+        return {"all_losses": {str(a): float(v) for a, v in enumerate(round_.hidden["losses"])}}
+
     def __init__(self, records: list[dict[str, Any]], graph: np.ndarray | None = None) -> None:
         self.records = records
         self.graph = graph

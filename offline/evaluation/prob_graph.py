@@ -103,6 +103,10 @@ class ProbGraphTask:
 
     family = "prob_graph"
 
+    def truth(self, round_: LoggedRound, output: Mapping[str, Any]) -> dict[str, Any]:
+        """The truth event a live application sends: the arms' means (exact regret)."""
+        return {"arm_means": self.scenario.means.tolist()}
+
     def __init__(self, scenario: Scenario, horizon: int, reveal_parts: int = 1) -> None:
         if horizon < 2:
             raise SystemExit(f"--horizon must be >= 2 for prob_graph, got {horizon}")
