@@ -66,6 +66,8 @@ log = logging.getLogger(__name__)
 
 # Fields every event carries that learners do not see (a feedback's ``part`` they do see).
 ENVELOPE = {"schema_version", "learner_id", "event_id", "ts"}
+# ... and a context's instruction to the worker, not to the learner
+CONTEXT_ENVELOPE = ENVELOPE | {"after_updates"}
 # Learner calls between two checkpoints of a learner's state (bounds the redo log offline,
 # where no commit checkpoints it).
 REDO_LIMIT = 256
@@ -167,6 +169,7 @@ class Processor:
         self.unknown_learner_grace_s = unknown_learner_grace_s
         self.expected_partition = expected_partition
         self.wall_clock = wall_clock
+        self._releasing = False  # deciding contexts that waited for updates (_updated)
 
     def _wall(self, now: float) -> float:
         return now if self.wall_clock is None else self.wall_clock()
@@ -351,7 +354,10 @@ class Processor:
                       "internal_error); the first one's traceback is above", failed, learner_id)
 
     # ------------------------------------------------------------------ context
-    def on_context(self, raw: bytes, source: Source, now: float) -> Emitted:
+    def on_context(
+        self, raw: bytes, source: Source, now: float, *, wait: bool = True
+    ) -> Emitted:
+        """Decide a context (``wait``: unless its ``after_updates`` says to wait first)."""
         out = Emitted()
         context = self._parse(raw, Context, source, now, out)
         if context is None:
@@ -369,7 +375,11 @@ class Processor:
             self.sink.processed(source.topic, Outcome.DEDUPLICATED)
             return out
         config = entry.config
-        fields = context.model_dump(exclude=ENVELOPE, exclude_none=True)
+        after = context.after_updates
+        if wait and after is not None and entry.updates < after:
+            self._await_updates(key, raw, source, now, after, config.feedback_timeout_s)
+            return out
+        fields = context.model_dump(exclude=CONTEXT_ENVELOPE, exclude_none=True)
         accepted = family(config.family).context
         foreign = sorted(name for name in fields if name not in accepted)
         if foreign:
@@ -394,6 +404,7 @@ class Processor:
             deadline=now + config.feedback_timeout_s,
             output=decided.output,
             pending=decided.pending,
+            updates=entry.updates,
         )
         decision = self._decision(lid, eid, entry, record, redelivered=False)
         size = len(decision.to_json())
@@ -419,11 +430,50 @@ class Processor:
         if early is not None:
             for item in early.feedback:
                 self.sink.processed(item.source.topic, Outcome.RELEASED_EARLY_FEEDBACK)
-                released = self.on_feedback(
+                out.extend(self.on_feedback(
                     item.raw.encode(), item.source, now, hold_if_unknown=False
-                )
-                out.dead_letters.extend(released.dead_letters)
+                ))
         return out
+
+    def _await_updates(
+        self, key: str, raw: bytes, source: Source, now: float, after: int, timeout_s: float
+    ) -> None:
+        """Keep a context until its learner has absorbed ``after`` updates (a faithful replay:
+        the feedback decided before it live comes first), at most the learner's feedback
+        timeout of feedback stream time; then it is decided as it is."""
+        store = self.store
+        hold = store.holds.get(key)
+        if hold is not None and hold.kind is HoldKind.AWAITING_UPDATES:
+            self.sink.processed(source.topic, Outcome.DEDUPLICATED)  # the same context again
+            return
+        feedback = hold.feedback if hold is not None else []
+        store.put_hold(key, Hold(HoldKind.AWAITING_UPDATES, now + timeout_s, feedback,
+                                 Held(_text(raw), source), after))
+        self.sink.processed(source.topic, Outcome.HELD)
+
+    def _updated(self, learner_id: str, entry: LearnerEntry, now: float, out: Emitted) -> None:
+        """Count an update of ``learner_id`` and decide the contexts that waited for it."""
+        entry.updates += 1
+        if self._releasing:  # (a context released below applied its early feedback)
+            return
+        self._releasing = True
+        try:
+            store = self.store
+            while (current := store.learners.get(learner_id)) is not None and (
+                key := store.next_awaiting(learner_id, current.updates)
+            ) is not None:
+                self._decide_held(key, now, out)
+        finally:
+            self._releasing = False
+
+    def _decide_held(self, key: str, now: float, out: Emitted) -> None:
+        """Decide a context held for its updates (any feedback held with it stays held)."""
+        hold = self.store.drop_hold(key)
+        assert hold is not None and hold.context is not None
+        if hold.feedback:
+            self.store.put_hold(key, Hold(HoldKind.EARLY, hold.deadline, hold.feedback))
+        context = hold.context
+        out.extend(self.on_context(context.raw.encode(), context.source, now, wait=False))
 
     def _hold_context(self, key: str, raw: bytes, source: Source, now: float) -> None:
         """Keep a context of a not-yet-known learner until its config arrives (or the grace
@@ -448,7 +498,7 @@ class Processor:
     ) -> Published:
         config = entry.config
         return Published(
-            lid, eid, config.family, config.algorithm, record.version,
+            lid, eid, config.family, config.algorithm, record.version, record.updates,
             record.output_value(), record.decided_at, record.context_ts, redelivered,
         )
 
@@ -530,6 +580,7 @@ class Processor:
             store.touch_decision(key)
         self.sink.processed(source.topic, Outcome.APPLIED)
         self.sink.feedback_applied(lid, max(0.0, self._wall(now) - record.decided_at))
+        self._updated(lid, entry, now, out)
         return out
 
     def _hold_feedback(
@@ -615,7 +666,14 @@ class Processor:
         for key in list(store.due_purges(min(times.contexts, times.feedback))):
             store.drop_decision(key)
         for key, record in list(store.due_decisions(times.feedback)):
-            self._expire(key, record, times.feedback)
+            self._expire(key, record, times.feedback, out)
+        waited = [key for key, _ in store.due_holds(HoldKind.AWAITING_UPDATES, times.feedback)]
+        for key in waited:  # their updates did not come: decided as they are
+            self._decide_held(key, times.feedback, out)
+        if waited:
+            log.warning("%d contexts were decided without the updates they waited for "
+                        "(after_updates): the feedback stream moved past their deadline",
+                        len(waited))
         for kind, time in (
             (HoldKind.EARLY, times.contexts),
             (HoldKind.AWAITING_LEARNER, times.learners),
@@ -647,7 +705,7 @@ class Processor:
                     eid,
                 )
 
-    def _expire(self, key: str, record: DecisionRecord, now: float) -> None:
+    def _expire(self, key: str, record: DecisionRecord, now: float, out: Emitted) -> None:
         lid = key.split("/", 1)[0]
         entry = self.store.learners.get(lid)
         outcome = Outcome.EXPIRED
@@ -661,6 +719,8 @@ class Processor:
                 self.store.touch_learner(lid)
         self.store.settle(key, record, Settled.TIMEOUT, now, self.retention_s)
         self.sink.processed("timer", outcome)
+        if outcome is Outcome.EXPIRED and entry is not None and record.version == entry.version:
+            self._updated(lid, entry, now, out)
 
     # ------------------------------------------------------------------ metrics
     def gauges(self, learner_id: str) -> dict[str, Any] | None:

@@ -63,6 +63,7 @@ class Outcome(StrEnum):
 class HoldKind(StrEnum):
     EARLY = "early"  # feedback waiting for its decision
     AWAITING_LEARNER = "awaiting_learner"  # a context waiting for its learner's config
+    AWAITING_UPDATES = "awaiting_updates"  # a context waiting for its after_updates (replay)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,13 +125,16 @@ class LearnerEntry:
 
     ``checkpoint`` is the learner's serialised state at the last checkpoint and ``redo`` the
     learner calls since: after a failed call the learner is rebuilt from both (learners are
-    deterministic), so an event that raised changes nothing.
+    deterministic), so an event that raised changes nothing. ``updates`` counts the feedback
+    and timeout updates this version absorbed; each decision carries the count it was made at
+    (``learner_updates``), which is what a faithful replay reproduces.
     """
 
     config: LearnerSettings
     version: int
     stats: dict[str, float]
     learner: Learner
+    updates: int = 0
     checkpoint: JSON = field(default_factory=dict)
     redo: list[tuple[Any, ...]] = field(default_factory=list)
 
@@ -150,7 +154,7 @@ class LearnerEntry:
         """The learning part (key ``l/<id>``; written whenever the learner changed)."""
         state = self.learner.to_state()
         self.mark_checkpoint(state)
-        return {"stats": self.stats, "state": state}
+        return {"stats": self.stats, "state": state, "updates": self.updates}
 
     @classmethod
     def from_json(cls, config: JSON, learning: JSON) -> LearnerEntry:
@@ -158,7 +162,8 @@ class LearnerEntry:
         cls_ = learner_class(settings.family, settings.algorithm)
         learner = cls_.from_state(settings.params, learning["state"])
         return cls(
-            settings, config["version"], dict(learning["stats"]), learner, learning["state"]
+            settings, config["version"], dict(learning["stats"]), learner,
+            learning.get("updates", 0), learning["state"],  # (logs before updates: 0)
         )
 
 
@@ -185,6 +190,7 @@ class DecisionRecord:
     # part -> what its feedback said (feedback_digest), to tell the same feedback sent again
     # from a different one for the same part (records of older logs have none: a duplicate)
     digests: dict[str, str] = field(default_factory=dict)
+    updates: int = 0  # the learner's updates when it decided (records of older logs: 0)
 
     @property
     def open(self) -> bool:
@@ -208,7 +214,7 @@ class DecisionRecord:
         return [
             self.version, self.decided_at, self.context_ts, self.deadline,
             output if isinstance(output, str) else output.decode(), self.pending, self.parts,
-            self.settled_by, self.settled_at, self.truth, self.digests,
+            self.settled_by, self.settled_at, self.truth, self.digests, self.updates,
         ]
 
     @classmethod
@@ -232,6 +238,7 @@ class Published:
     family: str
     algorithm: str
     learner_version: int
+    learner_updates: int
     output: JSON
     decided_at: float
     context_ts: float | None
@@ -253,6 +260,7 @@ class Published:
                 "family": self.family,
                 "algorithm": self.algorithm,
                 "learner_version": self.learner_version,
+                "learner_updates": self.learner_updates,
                 "output": self.output,
                 "decided_at": self.decided_at,
                 "context_ts": self.context_ts,
@@ -271,20 +279,25 @@ class Held:
 
 @dataclass(slots=True)
 class Hold:
-    """Feedback waiting for its decision, or a context waiting for its learner."""
+    """Feedback waiting for its decision, or a context waiting for its learner (or, with
+    ``after``, for its learner to have absorbed that many updates)."""
 
     kind: HoldKind
     deadline: float
     feedback: list[Held] = field(default_factory=list)
     context: Held | None = None
+    after: int | None = None
 
     def to_json(self) -> JSON:
-        return {
+        data = {
             "kind": self.kind.value,
             "deadline": self.deadline,
             "feedback": [asdict(item) for item in self.feedback],
             "context": None if self.context is None else asdict(self.context),
         }
+        if self.after is not None:
+            data["after"] = self.after
+        return data
 
     @classmethod
     def from_json(cls, data: JSON) -> Hold:
@@ -296,4 +309,5 @@ class Hold:
             data["deadline"],
             [held(item) for item in data["feedback"]],
             None if data["context"] is None else held(data["context"]),
+            data.get("after"),
         )

@@ -77,6 +77,9 @@ class PartitionStore:
         self._hold_deadlines: dict[HoldKind, list[tuple[float, str]]] = {
             kind: [] for kind in HoldKind
         }
+        # learner id -> its contexts waiting for updates: a heap of (after, offset, key), so
+        # that those waiting for the same count leave in the order they came
+        self._awaiting_updates: dict[str, list[tuple[int, int, str]]] = {}
 
     def _mark(self, key: str) -> None:
         if self.track_changes:
@@ -109,6 +112,7 @@ class PartitionStore:
             self.drop_decision(key)
         for key in [k for k in self.holds if k.startswith(prefix)]:
             self.drop_hold(key)
+        self._awaiting_updates.pop(learner_id, None)
 
     # ------------------------------------------------------------------ decisions
     def decision(self, key: str) -> DecisionRecord | None:
@@ -150,7 +154,25 @@ class PartitionStore:
     def put_hold(self, key: str, hold: Hold) -> None:
         self.holds[key] = hold
         heapq.heappush(self._hold_deadlines[hold.kind], (hold.deadline, key))
+        self._index_awaiting(key, hold)
         self._mark(HOLD + key)
+
+    def _index_awaiting(self, key: str, hold: Hold) -> None:
+        if hold.kind is HoldKind.AWAITING_UPDATES and hold.after is not None:
+            assert hold.context is not None
+            heap = self._awaiting_updates.setdefault(key.split("/", 1)[0], [])
+            heapq.heappush(heap, (hold.after, hold.context.source.offset or 0, key))
+
+    def next_awaiting(self, learner_id: str, updates: int) -> str | None:
+        """The key of the first context of ``learner_id`` waiting for at most ``updates``
+        updates (its hold stays until the caller drops it), None if there is none."""
+        heap = self._awaiting_updates.get(learner_id)
+        while heap and heap[0][0] <= updates:
+            after, _, key = heapq.heappop(heap)
+            hold = self.holds.get(key)
+            if hold is not None and hold.kind is HoldKind.AWAITING_UPDATES and hold.after == after:
+                return key
+        return None
 
     def touch_hold(self, key: str) -> None:
         self._mark(HOLD + key)
@@ -294,6 +316,7 @@ class PartitionStore:
                 hold = Hold.from_json(orjson.loads(raw))
                 store.holds[name] = hold
                 store._hold_deadlines[hold.kind].append((hold.deadline, name))
+                store._index_awaiting(name, hold)
             else:
                 raise ValueError(f"unknown state key {key!r}")
         for name, config in configs.items():

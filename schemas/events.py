@@ -72,6 +72,12 @@ class LearnerConfig(Record):
 
 class _Context(Record):
     event_id: Id
+    after_updates: int | None = Field(
+        None, ge=0, le=2**53,
+        description="decide only once the learner has absorbed this many feedback and timeout "
+        "updates (its learner_updates): set by `banditflow replay --faithful` from the live "
+        "decision, so that a replay keeps the live order of contexts and feedback",
+    )
 
 
 class _Feedback(Record):
@@ -183,6 +189,11 @@ class Decision(Record):
     family: str
     algorithm: str
     learner_version: int
+    learner_updates: int = Field(
+        0, ge=0,
+        description="how many feedback and timeout updates the learner (this learner_version) "
+        "had absorbed when it decided: the decision's place among them",
+    )
     output: dict[str, Any]
     decided_at: float
     context_ts: float | None = None

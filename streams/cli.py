@@ -253,6 +253,7 @@ def cmd_archive(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from offline.archive import ArchiveError
+    from offline.faithful import FaithfulError
     from streams.broker import wait_for_broker
     from streams.replay import ReplaySettings, run_replay
     from streams.topics import TopicError, Topics, ensure_topics
@@ -261,15 +262,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
     try:
         ensure_topics(args.bootstrap, Topics(args.prefix), args.partitions)
         settings = ReplaySettings(args.bootstrap, args.prefix, args.log, args.speed, args.start,
-                                  args.end, args.learner_id)
+                                  args.end, args.learner_id, args.faithful,
+                                  args.decision_wait)
         tty = sys.stderr.isatty()
         summary = run_replay(settings, (lambda done, total: print(
             f"\r{done:,} / {total:,} records ({100 * done // max(total, 1)} %)", end="",
             file=sys.stderr)) if tty else None)
-    except (OSError, ArchiveError, TopicError) as exc:
+    except (OSError, ArchiveError, TopicError, FaithfulError) as exc:
         raise SystemExit(f"banditflow replay: {exc}") from None
     print(("\n" if tty else "") + summary.render(), file=sys.stderr)
-    return 0
+    return 0 if summary.faithful is None or summary.faithful.ok else 1
 
 
 def cmd_warm_start(args: argparse.Namespace) -> int:
@@ -453,6 +455,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--end", type=float, default=None, metavar="TS",
                    help="skip records stamped after TS (seconds since the epoch)")
     p.add_argument("--learner-id", default=None, help="replay only this learner's records")
+    p.add_argument("--faithful", action="store_true",
+                   help="keep the live order of each learner's contexts and feedback (the "
+                        "workers of the prefix must be running), then check that every "
+                        "decision came out as it did live; exit status 1 if one did not")
+    p.add_argument("--decision-wait", type=float, default=60.0, metavar="S",
+                   help="with --faithful: give up when no decision came for S seconds "
+                        "(default: %(default)s)")
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("warm-start", help="train a graph_cb learner's oracle on a log and "

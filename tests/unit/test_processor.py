@@ -625,7 +625,7 @@ def test_published_decisions_follow_the_decision_schema(processor: Processor) ->
         assert parsed.model_dump() == {
             "schema_version": 1, "learner_id": LID, "ts": 1.0, "event_id": "e1",
             "family": "conformal", "algorithm": "sps", "learner_version": 1,
-            "output": published.output, "decided_at": 1.0, "context_ts": 0.5,
+            "learner_updates": 0, "output": published.output, "decided_at": 1.0, "context_ts": 0.5,
             "redelivered": published is again.decisions[0],
         }
 
