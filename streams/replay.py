@@ -68,6 +68,7 @@ class FaithfulCheck:
     reproduced: int = 0
     missing: list[Key] = field(default_factory=list)
     differ: list[tuple[Key, Any, Any]] = field(default_factory=list)  # (key, live, replay)
+    unsent: int = 0  # feedback records whose preceding decisions never came
 
     @property
     def ok(self) -> bool:
@@ -82,6 +83,9 @@ class FaithfulCheck:
         if self.missing:
             lid, eid = self.missing[0]
             text += f"; {len(self.missing):,} not decided in the replay (the first: {lid}/{eid})"
+        if self.unsent:
+            text += (f"; {self.unsent:,} feedback records not sent (the decisions they came "
+                     "after live never came)")
         return text
 
 
@@ -276,4 +280,6 @@ def _finish(settings: ReplaySettings, replayed: ReplayedDecisions, release: Call
             last_news = time.monotonic()
         if not waiting and all(key in replayed.seen for key in produced):
             break
-    return replayed.check(produced)
+    check = replayed.check(produced)
+    check.unsent = len(waiting)
+    return check
