@@ -11,12 +11,12 @@ updates its learner had absorbed, and that fixes the live order:
   the decisions that came before it live: the m_j first decisions, m_j being how many
   decisions carry ``learner_updates < j``.
 
-Which feedback records were applied live is read off the archive the way the processors
-decide it: feedback for a decision the archive holds, not a copy of a feedback already
-applied (same event, part and content) and not a different feedback for a part already
-applied (dead-lettered live as contradicting). A feedback the learner itself refused live, a
-decision settled by its timeout, or a learner reconfigured during the run shifts the count:
-the replay then reports the decisions that differ.
+Which feedback records were applied live is read off the archive: not one dead-lettered
+live (the archive's ``deadletter`` records name their source's partition and offset), and,
+the way the processors decide it, feedback for a decision the archive holds, and not another
+feedback for a part already applied (a copy is deduplicated, a different one is
+contradicting). A decision settled by its timeout, or a learner reconfigured during the run,
+shifts the count: the replay then reports the decisions that differ.
 
 >>> records = [
 ...     {"topic": "contexts", "key": "s", "value": {"learner_id": "s", "event_id": "a"}},
@@ -109,6 +109,9 @@ def faithful_plan(records: Sequence[Mapping[str, Any]]) -> FaithfulPlan:
     applied: dict[str, int] = {}
     gate: dict[str, int] = {}
     applied_parts: set[tuple[str, str, str]] = set()
+    rejected = {(value.get("partition"), value.get("offset")) for record in records
+                if record.get("topic") == "deadletter" and (value := _value(record)) is not None
+                and str(value.get("source_topic", "")).endswith(".feedback")}
     for index, record in enumerate(records):
         value = _value(record)
         if record.get("topic") != "feedback" or value is None:
@@ -117,6 +120,7 @@ def faithful_plan(records: Sequence[Mapping[str, Any]]) -> FaithfulPlan:
         lid = key[0]
         if key not in position:
             continue  # no decision to join: dead-lettered live, and again in the replay
+        dead = (record.get("partition"), record.get("offset")) in rejected
         fields = {name: v for name, v in value.items() if name not in ENVELOPE and v is not None}
         try:
             part = learner_class(*algorithms[lid]).feedback_part(fields)
@@ -124,8 +128,9 @@ def faithful_plan(records: Sequence[Mapping[str, Any]]) -> FaithfulPlan:
             part = str(fields.get("part") or "")
         # The first feedback for a part is applied; another for it is a copy (deduplicated)
         # or contradicts it (dead-lettered): either way no update.
-        counted = (*key, part) not in applied_parts
-        applied_parts.add((*key, part))
+        counted = not dead and (*key, part) not in applied_parts
+        if not dead:
+            applied_parts.add((*key, part))
         # Not before its own decision, and in the order of the learner's feedback.
         least = max(gate.get(lid, 0), position[key] + 1)
         if counted:

@@ -1,9 +1,10 @@
 """The archive format: banditflow's topics (or an imported log) as one JSONL file.
 
 The first line is an :class:`ArchiveHeader`; every other line is an :class:`ArchiveRecord`,
-one Kafka record of the ``learners``, ``contexts``, ``decisions``, ``feedback`` or ``truth``
-topic, with the event as it was published in ``value``. The format has its own version
-(:data:`ARCHIVE_VERSION`), independent of the events' ``schema_version`` that every value
+one Kafka record of the ``learners``, ``contexts``, ``decisions``, ``feedback``, ``truth`` or
+``deadletter`` topic, with the event as it was published in ``value``. The format has its own
+version (:data:`ARCHIVE_VERSION`; version 2 added the ``deadletter`` topic, and version 1
+archives read as they are), independent of the events' ``schema_version`` that every value
 carries. ``schemas/archive.schema.json`` is generated from these models
 (``banditflow schemas --write``) and a test fails when the two drift apart.
 
@@ -22,11 +23,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-ARCHIVE_VERSION = 1
-ARCHIVED_TOPICS = ("learners", "contexts", "decisions", "feedback", "truth")
+ARCHIVE_VERSION = 2
+ARCHIVED_TOPICS = ("learners", "contexts", "decisions", "feedback", "truth", "deadletter")
 SCHEMA_PATH = Path(__file__).resolve().parent / "archive.schema.json"
 
-ArchivedTopic = Literal["learners", "contexts", "decisions", "feedback", "truth"]
+ArchivedTopic = Literal["learners", "contexts", "decisions", "feedback", "truth", "deadletter"]
 
 
 class ArchiveHeader(BaseModel):

@@ -1,7 +1,8 @@
-"""``banditflow archive``: copy the learners, contexts, decisions, feedback and truth topics
-of a prefix into one archive file (:mod:`schemas.archive`, read by :mod:`offline.archive`).
+"""``banditflow archive``: copy the learners, contexts, decisions, feedback, truth and
+deadletter topics of a prefix into one archive file (:mod:`schemas.archive`, read by
+:mod:`offline.archive`).
 
-The archiver reads every partition of the five topics without a consumer group (it commits
+The archiver reads every partition of the six topics without a consumer group (it commits
 nothing and changes nothing on the broker), from their beginning with ``from_beginning``,
 else from their end, and writes each record as it comes: records of one partition keep their
 order, records of different partitions and topics are interleaved as they arrive.

@@ -120,8 +120,9 @@ def _learner(record: Mapping[str, Any]) -> str | None:
 
 def selected(records: list[dict[str, Any]], settings: ReplaySettings) -> list[dict[str, Any]]:
     """The records a replay produces (replayed topics, the learner, the time window), and
-    for a faithful one the live decisions among them."""
-    topics = (*REPLAYED_TOPICS, "decisions") if settings.faithful else REPLAYED_TOPICS
+    for a faithful one the live decisions and dead letters among them."""
+    topics = (*REPLAYED_TOPICS, "decisions", "deadletter") if settings.faithful \
+        else REPLAYED_TOPICS
     chosen = []
     for record in records:
         if record["topic"] not in topics:
@@ -240,8 +241,8 @@ def run_replay(settings: ReplaySettings,
                 if wait > 0:
                     producer.flush()
                     time.sleep(wait)
-            if record["topic"] == "decisions":
-                continue  # (the live ones: what a faithful replay compares with)
+            if record["topic"] not in REPLAYED_TOPICS:
+                continue  # (live decisions and dead letters: what a faithful replay reads)
             gate = plan.feedback_gates.get(done - 1) if plan is not None else None
             if gate is not None or (waiting and record["topic"] == "feedback"):
                 # (one queue keeps the feedback in its order; a learner's gates only grow)

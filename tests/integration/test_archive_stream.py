@@ -63,6 +63,7 @@ def test_archive_of_a_graph_cb_run_joins_contexts_decisions_and_feedback(
                                "losses": {str(action): losses[event_id]}})
     send(topics.feedback, {"learner_id": LID, "event_id": "e0",
                            "losses": {str(decisions["e0"]["output"]["action"]): losses["e0"]}})
+    send(topics.feedback, {"learner_id": LID, "event_id": "e0"})  # carries nothing: dead
     producer.flush()
 
     out = tmp_path / "run.archive.jsonl"
@@ -83,7 +84,8 @@ def test_archive_of_a_graph_cb_run_joins_contexts_decisions_and_feedback(
     for record in records:
         by_topic[record["topic"]] = by_topic.get(record["topic"], 0) + 1
     assert by_topic["learners"] == 1 and by_topic["contexts"] == EVENTS
-    assert by_topic["decisions"] == EVENTS and by_topic["feedback"] == EVENTS - 1
+    assert by_topic["decisions"] == EVENTS and by_topic["feedback"] == EVENTS
+    assert by_topic["deadletter"] == 1
 
     rounds = {r.event_id: r for r in joined_rounds(records)}
     assert set(rounds) == set(features)

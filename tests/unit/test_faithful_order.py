@@ -133,3 +133,18 @@ def test_the_plan_refuses_what_it_cannot_keep_the_order_of() -> None:
         faithful_plan([decision("a", None)])
     with pytest.raises(FaithfulError, match="changed config"):
         faithful_plan([decision("a", 0), decision("b", 0, version=2)])
+
+
+def test_feedback_dead_lettered_live_is_no_update() -> None:
+    refused = {**fb("b", label="nope"), "partition": 0, "offset": 7}  # refused live
+    applied = {**fb("a", label="y0"), "partition": 0, "offset": 8}
+    records = [
+        decision("a", 0), decision("b", 0), refused, applied, decision("c", 1),
+        {"topic": "deadletter", "key": LID, "value": {
+            "reason": "learner_rejected", "source_topic": "live.feedback",
+            "partition": 0, "offset": 7, "learner_id": LID, "event_id": "b"}},
+    ]
+    assert faithful_plan(records).feedback_gates == {2: (LID, 2), 3: (LID, 2)}
+    # Counted as an update, the refused record would hold a's feedback back until c is
+    # decided, and c waits for that feedback: the replay would stall.
+    assert faithful_plan(records[:-1]).feedback_gates == {2: (LID, 2), 3: (LID, 3)}
