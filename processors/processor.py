@@ -284,7 +284,14 @@ class Processor:
         if raw is None:
             if key and key in store.learners:
                 # A re-created learner restarts at version 1: its predecessor's decisions
-                # must not match its feedback, so they go with it.
+                # must not match its feedback, so they go with it; the contexts it held
+                # for updates are dead-lettered.
+                prefix = f"{key}/"
+                for held_key, hold in list(store.holds.items()):
+                    if held_key.startswith(prefix) and hold.context is not None \
+                            and hold.kind is HoldKind.AWAITING_UPDATES:
+                        self._unknown_learner(out, hold.context.raw.encode(),
+                                              hold.context.source, now, key, held_key[len(prefix):])
                 store.drop_learner(key)
                 self.sink.forget(key)
                 self.sink.processed(source.topic, Outcome.DELETED)
@@ -322,6 +329,8 @@ class Processor:
         self.sink.processed(source.topic, Outcome.CREATED if old is None else Outcome.RECONFIGURED)
         if old is None:
             self._release(lid, now, out)
+        else:
+            self._end_waits(lid, now, out)
         return out
 
     def _release(self, learner_id: str, now: float, out: Emitted) -> None:
@@ -355,9 +364,10 @@ class Processor:
 
     # ------------------------------------------------------------------ context
     def on_context(
-        self, raw: bytes, source: Source, now: float, *, wait: bool = True
+        self, raw: bytes, source: Source, now: float, *, hold_for_updates: bool = True
     ) -> Emitted:
-        """Decide a context (``wait``: unless its ``after_updates`` says to wait first)."""
+        """Decide a context (unless its ``after_updates`` says to hold it, and
+        ``hold_for_updates``)."""
         out = Emitted()
         context = self._parse(raw, Context, source, now, out)
         if context is None:
@@ -375,10 +385,6 @@ class Processor:
             self.sink.processed(source.topic, Outcome.DEDUPLICATED)
             return out
         config = entry.config
-        after = context.after_updates
-        if wait and after is not None and entry.updates < after:
-            self._await_updates(key, raw, source, now, after, config.feedback_timeout_s)
-            return out
         fields = context.model_dump(exclude=CONTEXT_ENVELOPE, exclude_none=True)
         accepted = family(config.family).context
         foreign = sorted(name for name in fields if name not in accepted)
@@ -389,6 +395,10 @@ class Processor:
                 f"{', '.join(foreign)} is not {config.family} context (it takes {takes})",
                 raw, source, now, lid, eid,
             )
+            return out
+        after = context.after_updates
+        if hold_for_updates and after is not None and entry.updates < after:
+            self._await_updates(key, raw, source, now, after, config.feedback_timeout_s)
             return out
         try:
             decided = self._call(entry, "decide", fields, LazyGenerator(config.seed, eid))
@@ -439,16 +449,17 @@ class Processor:
         self, key: str, raw: bytes, source: Source, now: float, after: int, timeout_s: float
     ) -> None:
         """Keep a context until its learner has absorbed ``after`` updates (a faithful replay:
-        the feedback decided before it live comes first), at most the learner's feedback
+        the feedback sent before it may be read after it), at most the learner's feedback
         timeout of feedback stream time; then it is decided as it is."""
         store = self.store
         hold = store.holds.get(key)
         if hold is not None and hold.kind is HoldKind.AWAITING_UPDATES:
-            self.sink.processed(source.topic, Outcome.DEDUPLICATED)  # the same context again
-            return
-        feedback = hold.feedback if hold is not None else []
-        store.put_hold(key, Hold(HoldKind.AWAITING_UPDATES, now + timeout_s, feedback,
-                                 Held(_text(raw), source), after))
+            hold.copies += 1  # the same event again: its decision is re-emitted with the first
+            store.touch_hold(key)
+        else:
+            feedback = hold.feedback if hold is not None else []
+            store.put_hold(key, Hold(HoldKind.AWAITING_UPDATES, now + timeout_s, feedback,
+                                     Held(_text(raw), source), after))
         self.sink.processed(source.topic, Outcome.HELD)
 
     def _updated(self, learner_id: str, entry: LearnerEntry, now: float, out: Emitted) -> None:
@@ -467,13 +478,34 @@ class Processor:
             self._releasing = False
 
     def _decide_held(self, key: str, now: float, out: Emitted) -> None:
-        """Decide a context held for its updates (any feedback held with it stays held)."""
-        hold = self.store.drop_hold(key)
-        assert hold is not None and hold.context is not None
+        """Decide a context held for its updates, as it is (any feedback held with it is
+        applied once it is decided); nothing if it was decided meanwhile."""
+        store = self.store
+        hold = store.holds.get(key)
+        if hold is None or hold.kind is not HoldKind.AWAITING_UPDATES:
+            return
+        store.drop_hold(key)
         if hold.feedback:
-            self.store.put_hold(key, Hold(HoldKind.EARLY, hold.deadline, hold.feedback))
+            store.put_hold(key, Hold(HoldKind.EARLY, hold.deadline, hold.feedback))
         context = hold.context
-        out.extend(self.on_context(context.raw.encode(), context.source, now, wait=False))
+        assert context is not None
+        raw = context.raw.encode()
+        try:
+            for _ in range(1 + hold.copies):  # the copies re-emit the decision
+                out.extend(self.on_context(raw, context.source, now, hold_for_updates=False))
+        except Exception as exc:  # one held context must not cost the others theirs
+            log.exception("internal error deciding a held context %r", key)
+            lid, eid = key.split("/", 1)
+            self._dead(out, "internal_error", f"{type(exc).__name__}: {exc}", raw,
+                       context.source, now, lid, eid)
+
+    def _end_waits(self, learner_id: str, now: float, out: Emitted) -> None:
+        """Decide, as they are, the contexts of ``learner_id`` held for updates that will not
+        come (its learner was reconfigured: a new version counts from 0)."""
+        prefix = f"{learner_id}/"
+        for key in [k for k, hold in self.store.holds.items()
+                    if k.startswith(prefix) and hold.kind is HoldKind.AWAITING_UPDATES]:
+            self._decide_held(key, now, out)
 
     def _hold_context(self, key: str, raw: bytes, source: Source, now: float) -> None:
         """Keep a context of a not-yet-known learner until its config arrives (or the grace

@@ -287,6 +287,7 @@ class Hold:
     feedback: list[Held] = field(default_factory=list)
     context: Held | None = None
     after: int | None = None
+    copies: int = 0  # the same context again while it waited for updates
 
     def to_json(self) -> JSON:
         data = {
@@ -297,6 +298,8 @@ class Hold:
         }
         if self.after is not None:
             data["after"] = self.after
+        if self.copies:
+            data["copies"] = self.copies
         return data
 
     @classmethod
@@ -310,4 +313,5 @@ class Hold:
             [held(item) for item in data["feedback"]],
             None if data["context"] is None else held(data["context"]),
             data.get("after"),
+            data.get("copies", 0),
         )

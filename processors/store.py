@@ -78,8 +78,10 @@ class PartitionStore:
             kind: [] for kind in HoldKind
         }
         # learner id -> its contexts waiting for updates: a heap of (after, offset, key), so
-        # that those waiting for the same count leave in the order they came
+        # that those waiting for the same count leave in the order they came; entries of
+        # holds gone stay until popped or compacted (_waiting counts the holds still there)
         self._awaiting_updates: dict[str, list[tuple[int, int, str]]] = {}
+        self._waiting: dict[str, int] = {}
 
     def _mark(self, key: str) -> None:
         if self.track_changes:
@@ -113,6 +115,7 @@ class PartitionStore:
         for key in [k for k in self.holds if k.startswith(prefix)]:
             self.drop_hold(key)
         self._awaiting_updates.pop(learner_id, None)
+        self._waiting.pop(learner_id, None)
 
     # ------------------------------------------------------------------ decisions
     def decision(self, key: str) -> DecisionRecord | None:
@@ -152,26 +155,43 @@ class PartitionStore:
 
     # ------------------------------------------------------------------ holds
     def put_hold(self, key: str, hold: Hold) -> None:
+        self._count_waiting(key, self.holds.get(key), -1)
         self.holds[key] = hold
         heapq.heappush(self._hold_deadlines[hold.kind], (hold.deadline, key))
         self._index_awaiting(key, hold)
         self._mark(HOLD + key)
 
+    def _count_waiting(self, key: str, hold: Hold | None, change: int) -> None:
+        if hold is not None and hold.kind is HoldKind.AWAITING_UPDATES:
+            learner_id = key.split("/", 1)[0]
+            self._waiting[learner_id] = self._waiting.get(learner_id, 0) + change
+
     def _index_awaiting(self, key: str, hold: Hold) -> None:
-        if hold.kind is HoldKind.AWAITING_UPDATES and hold.after is not None:
-            assert hold.context is not None
-            heap = self._awaiting_updates.setdefault(key.split("/", 1)[0], [])
-            heapq.heappush(heap, (hold.after, hold.context.source.offset or 0, key))
+        if hold.kind is not HoldKind.AWAITING_UPDATES or hold.after is None:
+            return
+        assert hold.context is not None
+        self._count_waiting(key, hold, +1)
+        learner_id = key.split("/", 1)[0]
+        heap = self._awaiting_updates.setdefault(learner_id, [])
+        heapq.heappush(heap, (hold.after, hold.context.source.offset or 0, key))
+        if len(heap) > 2 * self._waiting[learner_id] + 16:  # mostly holds decided at their
+            heap[:] = [entry for entry in heap if self._awaits(*entry)]  # deadline: compact
+            heapq.heapify(heap)
+
+    def _awaits(self, after: int, _offset: int, key: str) -> bool:
+        hold = self.holds.get(key)
+        return hold is not None and hold.kind is HoldKind.AWAITING_UPDATES and hold.after == after
 
     def next_awaiting(self, learner_id: str, updates: int) -> str | None:
         """The key of the first context of ``learner_id`` waiting for at most ``updates``
         updates (its hold stays until the caller drops it), None if there is none."""
         heap = self._awaiting_updates.get(learner_id)
         while heap and heap[0][0] <= updates:
-            after, _, key = heapq.heappop(heap)
-            hold = self.holds.get(key)
-            if hold is not None and hold.kind is HoldKind.AWAITING_UPDATES and hold.after == after:
-                return key
+            entry = heapq.heappop(heap)
+            if self._awaits(*entry):
+                return entry[2]
+        if heap is not None and not heap:
+            del self._awaiting_updates[learner_id]
         return None
 
     def touch_hold(self, key: str) -> None:
@@ -180,6 +200,7 @@ class PartitionStore:
     def drop_hold(self, key: str) -> Hold | None:
         hold = self.holds.pop(key, None)
         if hold is not None:
+            self._count_waiting(key, hold, -1)
             self._mark(HOLD + key)
         return hold
 

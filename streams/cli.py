@@ -258,12 +258,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from streams.replay import ReplaySettings, run_replay
     from streams.topics import TopicError, Topics, ensure_topics
 
-    wait_for_broker(args.bootstrap)
     try:
-        ensure_topics(args.bootstrap, Topics(args.prefix), args.partitions)
         settings = ReplaySettings(args.bootstrap, args.prefix, args.log, args.speed, args.start,
                                   args.end, args.learner_id, args.faithful,
                                   args.decision_wait)
+        wait_for_broker(args.bootstrap)
+        ensure_topics(args.bootstrap, Topics(args.prefix), args.partitions)
         tty = sys.stderr.isatty()
         summary = run_replay(settings, (lambda done, total: print(
             f"\r{done:,} / {total:,} records ({100 * done // max(total, 1)} %)", end="",
@@ -457,8 +457,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--learner-id", default=None, help="replay only this learner's records")
     p.add_argument("--faithful", action="store_true",
                    help="keep the live order of each learner's contexts and feedback (the "
-                        "workers of the prefix must be running), then check that every "
-                        "decision came out as it did live; exit status 1 if one did not")
+                        "workers of the prefix must be running; no --start, --end or "
+                        "--speed), then check that every decision came out as it did live; "
+                        "exit status 1 if one did not")
     p.add_argument("--decision-wait", type=float, default=60.0, metavar="S",
                    help="with --faithful: give up when no decision came for S seconds "
                         "(default: %(default)s)")

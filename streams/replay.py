@@ -17,16 +17,17 @@ before is ignored, and a config equal to the current one only updates its timeou
 Without ``faithful``, a worker interleaves the replayed contexts and feedback as it reads
 them, which may differ from the live run: a learner may decide a context before or after a
 feedback it saw the other way round live, and decide differently from then on. With
-``faithful``, the replay keeps the live order (:mod:`offline.faithful`): contexts carry
-``after_updates``, each feedback waits for the replay's decisions that preceded it live
-(read from ``<prefix>.decisions``), and at the end every replayed decision is compared with
-the live one.
+``faithful``, the replay keeps each learner's live order (:mod:`offline.faithful`): it sends
+a learner's contexts and feedback in that order, contexts with ``after_updates``, each
+feedback once the replay's workers have published (on ``<prefix>.decisions``) the decisions
+made before it live; truth and contexts sent again follow their decision. At the end every
+replayed decision is compared with the live one.
 """
 
 from __future__ import annotations
 
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,7 @@ import orjson
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from offline.archive import read_archive
-from offline.faithful import FaithfulError, FaithfulPlan, Key, faithful_plan
+from offline.faithful import FaithfulError, FaithfulPlan, Key, Step, faithful_plan
 
 REPLAYED_TOPICS = ("learners", "contexts", "feedback", "truth")
 
@@ -51,13 +52,13 @@ class ReplaySettings:
     end: float | None = None
     learner_id: str | None = None
     faithful: bool = False
-    # faithful: how long to wait for the replay's next decision before giving up on it
+    # faithful: give up when no decision came for this long
     decision_wait_s: float = 60.0
 
     def __post_init__(self) -> None:
-        if self.faithful and self.start is not None:
-            raise FaithfulError("--faithful replays a learner from its start: it takes no "
-                                "--start")
+        if self.faithful and (self.start, self.end, self.speed) != (None, None, 0.0):
+            raise FaithfulError("--faithful replays whole learners as fast as their order "
+                                "allows: it takes no --start, --end or --speed")
 
 
 @dataclass
@@ -68,11 +69,12 @@ class FaithfulCheck:
     reproduced: int = 0
     missing: list[Key] = field(default_factory=list)
     differ: list[tuple[Key, Any, Any]] = field(default_factory=list)  # (key, live, replay)
-    unsent: int = 0  # feedback records whose preceding decisions never came
+    unsent: int = 0  # steps not sent: the decisions they came after never came
+    skipped: int = 0  # feedback dead-lettered live (or of no decision): not replayed
 
     @property
     def ok(self) -> bool:
-        return self.reproduced == self.decisions
+        return self.decisions > 0 and self.reproduced == self.decisions and not self.unsent
 
     def render(self) -> str:
         text = f"faithful: {self.reproduced:,} of {self.decisions:,} decisions reproduced"
@@ -84,8 +86,10 @@ class FaithfulCheck:
             lid, eid = self.missing[0]
             text += f"; {len(self.missing):,} not decided in the replay (the first: {lid}/{eid})"
         if self.unsent:
-            text += (f"; {self.unsent:,} feedback records not sent (the decisions they came "
-                     "after live never came)")
+            text += (f"; {self.unsent:,} records not sent (the decisions they came after live "
+                     "never came)")
+        if self.skipped:
+            text += f"; {self.skipped:,} feedback records dead-lettered live not replayed"
         return text
 
 
@@ -119,13 +123,10 @@ def _learner(record: Mapping[str, Any]) -> str | None:
 
 
 def selected(records: list[dict[str, Any]], settings: ReplaySettings) -> list[dict[str, Any]]:
-    """The records a replay produces (replayed topics, the learner, the time window), and
-    for a faithful one the live decisions and dead letters among them."""
-    topics = (*REPLAYED_TOPICS, "decisions", "deadletter") if settings.faithful \
-        else REPLAYED_TOPICS
+    """The records a replay produces: replayed topics, the learner, the time window."""
     chosen = []
     for record in records:
-        if record["topic"] not in topics:
+        if record["topic"] not in REPLAYED_TOPICS:
             continue
         if settings.learner_id is not None and _learner(record) != settings.learner_id:
             continue
@@ -145,142 +146,179 @@ def _value_bytes(record: Mapping[str, Any]) -> bytes | None:
     return None  # a tombstone
 
 
+class Replayer:
+    """Produces records into the topics of a prefix and counts them."""
+
+    def __init__(self, settings: ReplaySettings) -> None:
+        self.prefix = settings.prefix
+        self.producer = KafkaProducer(bootstrap_servers=settings.bootstrap, acks="all",
+                                      linger_ms=5)
+        self.produced: Counter[str] = Counter()
+
+    def send(self, record: Mapping[str, Any], value: bytes | None = None) -> None:
+        key = record.get("key")
+        self.producer.send(f"{self.prefix}.{record['topic']}",
+                           key=key.encode() if key is not None else None,
+                           value=value if value is not None else _value_bytes(record))
+        self.produced[record["topic"]] += 1
+
+    def close(self) -> None:
+        self.producer.close()
+
+
+def run_replay(settings: ReplaySettings,
+               progress: Callable[[int, int], None] | None = None) -> ReplaySummary:
+    """Produce the selected records of the archive (see the module docstring)."""
+    header, records = read_archive(settings.path)
+    if settings.faithful:
+        plan = faithful_plan(records, header.version)
+        if settings.learner_id is not None and settings.learner_id not in plan.steps:
+            raise FaithfulError(f"no decision of learner {settings.learner_id!r} in the archive")
+    started = time.monotonic()
+    summary = ReplaySummary()
+    replayer = Replayer(settings)
+    try:
+        if settings.faithful:
+            summary.faithful = _replay_faithfully(settings, plan, records, replayer, progress)
+        else:
+            _replay(settings, selected(records, settings), replayer, progress)
+        replayer.producer.flush()
+    finally:
+        replayer.close()
+    summary.produced = replayer.produced
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def _replay(settings: ReplaySettings, records: list[dict[str, Any]], replayer: Replayer,
+            progress: Callable[[int, int], None] | None) -> None:
+    started = time.monotonic()
+    first: float | None = None
+    for done, record in enumerate(records, start=1):
+        ts = _timestamp(record)
+        if settings.speed > 0 and ts is not None:
+            first = ts if first is None else first
+            wait = (ts - first) / settings.speed - (time.monotonic() - started)
+            if wait > 0:
+                replayer.producer.flush()
+                time.sleep(wait)
+        replayer.send(record)
+        if progress is not None and (done % 500 == 0 or done == len(records)):
+            progress(done, len(records))
+
+
 class ReplayedDecisions:
-    """The decisions the replay's workers publish (``<prefix>.decisions``, read from its
-    start without a consumer group), and how far each learner's live order has come."""
+    """The decisions the replay's workers publish on ``<prefix>.decisions`` from now on
+    (read without a consumer group), and how many of each learner's live decisions, in
+    their order, are out."""
 
     def __init__(self, settings: ReplaySettings, plan: FaithfulPlan) -> None:
         self.plan = plan
         self.seen: dict[Key, Any] = {}
-        self.decided: dict[str, int] = dict.fromkeys(plan.order, 0)  # first decisions out
+        self.out: dict[str, int] = dict.fromkeys(plan.decisions, 0)
         self.consumer = KafkaConsumer(bootstrap_servers=settings.bootstrap, group_id=None,
-                                      enable_auto_commit=False)
-        topic = f"{settings.prefix}.decisions"
-        partitions = self.consumer.partitions_for_topic(topic)
-        if not partitions:
-            raise FaithfulError(f"no topic {topic!r}: start the workers of prefix "
-                                f"{settings.prefix!r} first")
-        assigned = [TopicPartition(topic, p) for p in sorted(partitions)]
-        self.consumer.assign(assigned)
-        self.consumer.seek_to_beginning(*assigned)
+                                      enable_auto_commit=False, fetch_max_wait_ms=50)
+        try:
+            topic = f"{settings.prefix}.decisions"
+            partitions = self.consumer.partitions_for_topic(topic)
+            if not partitions:
+                raise FaithfulError(f"no topic {topic!r}: start the workers of prefix "
+                                    f"{settings.prefix!r} first")
+            assigned = [TopicPartition(topic, p) for p in sorted(partitions)]
+            self.consumer.assign(assigned)
+            # From now on: decisions already there (another replay's) count for nothing.
+            self.consumer.seek_to_end(*assigned)
+            for partition in assigned:
+                self.consumer.position(partition)
+        except BaseException:
+            self.consumer.close()
+            raise
 
-    def poll(self, timeout_ms: int) -> bool:
-        """Read what was published; whether anything came."""
-        batches = self.consumer.poll(timeout_ms=timeout_ms)
-        for records in batches.values():
+    def poll(self, timeout_ms: int) -> list[Key]:
+        """Read what was published; the events whose decision came out for the first time."""
+        news = []
+        for records in self.consumer.poll(timeout_ms=timeout_ms).values():
             for record in records:
                 try:
                     value = orjson.loads(record.value)
                     key = (str(value["learner_id"]), str(value["event_id"]))
                 except (orjson.JSONDecodeError, KeyError, TypeError):
                     continue
-                self.seen.setdefault(key, value.get("output"))  # (a re-emission: the same)
-        for lid, order in self.plan.order.items():
-            done = self.decided[lid]
+                if key not in self.seen:
+                    self.seen[key] = value.get("output")
+                    news.append(key)
+        for lid, order in self.plan.decisions.items():
+            done = self.out[lid]
             while done < len(order) and (lid, order[done]) in self.seen:
                 done += 1
-            self.decided[lid] = done
-        return bool(batches)
+            self.out[lid] = done
+        return news
 
-    def check(self, produced: set[Key]) -> FaithfulCheck:
-        check = FaithfulCheck()
-        for key, live in self.plan.live.items():
-            if key not in produced:
-                continue
-            check.decisions += 1
-            if key not in self.seen:
-                check.missing.append(key)
-            elif self.seen[key] != live:
-                check.differ.append((key, live, self.seen[key]))
-            else:
-                check.reproduced += 1
+    def check(self, learners: list[str]) -> FaithfulCheck:
+        check = FaithfulCheck(skipped=self.plan.skipped)
+        for lid in learners:
+            for eid in self.plan.decisions[lid]:
+                key, live = (lid, eid), self.plan.live[(lid, eid)]
+                check.decisions += 1
+                if key not in self.seen:
+                    check.missing.append(key)
+                elif self.seen[key] != live:
+                    check.differ.append((key, live, self.seen[key]))
+                else:
+                    check.reproduced += 1
         return check
 
     def close(self) -> None:
         self.consumer.close()
 
 
-def run_replay(settings: ReplaySettings,
-               progress: Callable[[int, int], None] | None = None) -> ReplaySummary:
-    """Produce the selected records of the archive (see the module docstring)."""
-    records = selected(read_archive(settings.path)[1], settings)
-    plan = faithful_plan(records) if settings.faithful else None
-    summary = ReplaySummary()
-    producer = KafkaProducer(bootstrap_servers=settings.bootstrap, acks="all", linger_ms=5)
-    replayed = ReplayedDecisions(settings, plan) if plan is not None else None
-    waiting: deque[tuple[int, str, int]] = deque()  # gated feedback: (index, learner, gate)
-    produced: set[Key] = set()
-    started = time.monotonic()
-    first: float | None = None
-
-    def send(record: Mapping[str, Any]) -> None:
-        key = record.get("key")
-        value = _value_bytes(record)
-        if plan is not None and record["topic"] == "contexts" and value is not None:
-            event = record["value"]
-            event_key = (str(event.get("learner_id")), str(event.get("event_id")))
-            if event_key in plan.after_updates:
-                value = orjson.dumps({**event, "after_updates": plan.after_updates[event_key]})
-                produced.add(event_key)
-        producer.send(f"{settings.prefix}.{record['topic']}",
-                      key=key.encode() if key is not None else None, value=value)
-        summary.produced[record["topic"]] += 1
-
-    def release() -> None:
-        """Send the gated feedback whose preceding decisions are out (in order)."""
-        assert replayed is not None
-        while waiting and replayed.decided[waiting[0][1]] >= waiting[0][2]:
-            send(records[waiting.popleft()[0]])
-
+def _replay_faithfully(settings: ReplaySettings, plan: FaithfulPlan,
+                       records: list[dict[str, Any]], replayer: Replayer,
+                       progress: Callable[[int, int], None] | None) -> FaithfulCheck:
+    """Send each learner's steps in their live order (see the module docstring), then
+    compare the replay's decisions with the live ones."""
+    learners = sorted(plan.steps) if settings.learner_id is None else [settings.learner_id]
+    decisions = ReplayedDecisions(settings, plan)
     try:
-        for done, record in enumerate(records, start=1):
-            ts = _timestamp(record)
-            if settings.speed > 0 and ts is not None:
-                first = ts if first is None else first
-                wait = (ts - first) / settings.speed - (time.monotonic() - started)
-                if wait > 0:
-                    producer.flush()
-                    time.sleep(wait)
-            if record["topic"] not in REPLAYED_TOPICS:
-                continue  # (live decisions and dead letters: what a faithful replay reads)
-            gate = plan.feedback_gates.get(done - 1) if plan is not None else None
-            if gate is not None or (waiting and record["topic"] == "feedback"):
-                # (one queue keeps the feedback in its order; a learner's gates only grow)
-                lid, least = gate if gate is not None else (waiting[-1][1], waiting[-1][2])
-                waiting.append((done - 1, lid, least))
-                if replayed is not None and done % 200 == 0:
-                    replayed.poll(0)
-                    release()
+        for index in plan.unplanned:  # configs first (in order), and what no order binds
+            if settings.learner_id is None or _learner(records[index]) == settings.learner_id:
+                replayer.send(records[index])
+        cursor = dict.fromkeys(learners, 0)
+        total = sum(len(plan.steps[lid]) for lid in learners)
+
+        def send(lid: str, step: Step) -> None:
+            record = records[step.index]
+            if record["topic"] == "contexts":
+                event = record["value"]
+                replayer.send(record, orjson.dumps({**event, "after_updates": step.after}))
             else:
-                send(record)
-            if progress is not None and (done % 500 == 0 or done == len(records)):
-                progress(done, len(records))
-        producer.flush()
-        if replayed is not None:
-            summary.faithful = _finish(settings, replayed, release, waiting, producer, produced)
+                replayer.send(record)
+
+        last_news = time.monotonic()
+        while time.monotonic() - last_news < settings.decision_wait_s:
+            moved = False
+            for lid in learners:
+                steps, at = plan.steps[lid], cursor[lid]
+                while at < len(steps) and (records[steps[at].index]["topic"] == "contexts"
+                                           or steps[at].after <= decisions.out[lid]):
+                    send(lid, steps[at])
+                    at += 1
+                moved |= at > cursor[lid]
+                cursor[lid] = at
+            replayer.producer.flush()
+            if progress is not None:
+                progress(sum(cursor.values()), total)
+            done = all(cursor[lid] == len(plan.steps[lid]) for lid in learners)
+            if done and all(decisions.out[lid] == len(plan.decisions[lid]) for lid in learners):
+                break
+            news = decisions.poll(200)
+            for key in news:  # truth, and contexts sent again, follow their decision
+                for index in plan.followers.get(key, ()):
+                    replayer.send(records[index])
+            if news or moved:
+                last_news = time.monotonic()
+        check = decisions.check(learners)
+        check.unsent = sum(len(plan.steps[lid]) - cursor[lid] for lid in learners)
+        return check
     finally:
-        producer.close()
-        if replayed is not None:
-            replayed.close()
-    summary.seconds = time.monotonic() - started
-    return summary
-
-
-def _finish(settings: ReplaySettings, replayed: ReplayedDecisions, release: Callable[[], None],
-            waiting: deque[tuple[int, str, int]], producer: KafkaProducer,
-            produced: set[Key]) -> FaithfulCheck:
-    """Send the gated feedback as the replay's decisions come, then compare them."""
-    last_news = time.monotonic()
-    while time.monotonic() - last_news < settings.decision_wait_s:
-        if replayed.poll(200):
-            last_news = time.monotonic()
-        before = len(waiting)
-        release()
-        producer.flush()
-        if len(waiting) < before:
-            last_news = time.monotonic()
-        if not waiting and all(key in replayed.seen for key in produced):
-            break
-    check = replayed.check(produced)
-    check.unsent = len(waiting)
-    return check
+        decisions.close()
