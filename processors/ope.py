@@ -378,7 +378,7 @@ class LiveOPE:
         for name, candidate in self.candidates.items():
             seed = candidate.config["seed"]
             try:
-                decided = candidate.learner.decide(dict(fields), event_seed(seed, event_id))
+                decided = candidate.learner.decide(fields, event_seed(seed, event_id))
             except CANDIDATE_FAILURES:
                 continue
             target = np.asarray(decided.output["p"], dtype=float)
