@@ -685,7 +685,6 @@ class Processor:
             else:
                 stats.on_learned(entry.stats, learned.metrics, settled=True)
                 self.store.touch_learner(lid)
-        record.ope = None  # no observation: nothing to score (and nothing to keep)
         self.store.settle(key, record, Settled.TIMEOUT, now, self.retention_s)
         self.sink.processed("timer", outcome)
 

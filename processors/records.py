@@ -49,7 +49,7 @@ class Outcome(StrEnum):
 
     CREATED = "created"  # a config made a new learner
     RECONFIGURED = "reconfigured"  # ... replaced one (a new version)
-    UPDATED = "updated"  # ... changed only timeouts
+    UPDATED = "updated"  # ... changed only timeouts or candidates
     DELETED = "deleted"  # a tombstone removed one
     DECIDED = "decided"
     APPLIED = "applied"  # feedback reached its learner

@@ -16,8 +16,9 @@ from offline.archive import LoggedRound
 from offline.ope.estimators import doubly_robust, effective_sample_size, ips, snips
 from offline.ope.evaluation import evaluate
 from offline.ope.policies import parse_policy
-from processors import Processor, Source
+from processors import Processor, Source, StreamTimes
 from processors.ope import MIN_PROPENSITY, Z_95, Estimate, PolicyEstimates, Sums
+from processors.records import Settled
 from processors.store import PartitionStore
 
 LID = "ads"
@@ -181,6 +182,17 @@ def test_live_ope_off_leaves_the_candidates_alone() -> None:
     Stream(processor, 0).run(20)
     assert estimates(processor)["uniform"].rounds == 0
     assert processor.store.decision(f"{LID}/e19").ope is None  # type: ignore[union-attr]
+
+
+def test_a_timed_out_decision_is_not_scored() -> None:
+    processor = started({"uniform": UNIFORM})
+    processor.on_context(encode({"learner_id": LID, "event_id": "late", "features": [0, 0]}),
+                         CONTEXTS, 0.0)
+    assert processor.store.decision(f"{LID}/late").ope is not None  # type: ignore[union-attr]
+    processor.on_tick(StreamTimes.at(1000.0))  # past the 100 s feedback timeout
+    record = processor.store.decision(f"{LID}/late")
+    assert record is not None and record.settled_by is Settled.TIMEOUT and record.ope is None
+    assert all(e.rounds == 0 for e in estimates(processor).values())
 
 
 def round_trip(processor: Processor) -> Processor:
