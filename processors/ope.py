@@ -275,8 +275,8 @@ class RewardModel:
 class Candidate:
     """A candidate policy: its config, live learner, sums and the rounds it learned from.
 
-    ``born`` is the OPE generation the candidate joined in: a decision recorded before it
-    (under an earlier generation) carries no terms of this candidate, or those of a
+    ``born`` is how many decisions its learner had made when the candidate joined: a decision
+    made before (a lower decision index) carries no terms of this candidate, or those of a
     predecessor of the same name."""
 
     config: JSON
@@ -306,7 +306,7 @@ class LiveOPE:
     """
 
     family: str
-    generation: int
+    started: int  # the learner's decision count when its evaluation started
     candidates: dict[str, Candidate]
     logged: Sums = field(default_factory=Sums)
     model: RewardModel | None = None
@@ -328,22 +328,22 @@ class LiveOPE:
 
     @classmethod
     def configure(cls, declared: Family, candidates: Mapping[str, JSON],
-                  previous: LiveOPE | None) -> LiveOPE | None:
-        """The OPE state for ``candidates`` (checked): a candidate ``previous`` had with the
-        same config keeps its learner and estimates, the others start afresh; None without
-        candidates."""
+                  previous: LiveOPE | None, decisions: int) -> LiveOPE | None:
+        """The OPE state for ``candidates`` (checked) of a learner that has made
+        ``decisions`` decisions: a candidate ``previous`` had with the same config keeps its
+        learner and estimates, the others start afresh; None without candidates."""
         if not candidates:
             return None
         if previous is None:
-            return cls(declared.name, 0, {name: cls._candidate(declared, config, 0)
-                                          for name, config in candidates.items()})
-        generation = previous.generation + 1
+            return cls(declared.name, decisions,
+                       {name: cls._candidate(declared, config, decisions)
+                        for name, config in candidates.items()})
         kept = {}
         for name, config in candidates.items():
             old = previous.candidates.get(name)
             kept[name] = (old if old is not None and old.config == config
-                          else cls._candidate(declared, config, generation))
-        return cls(declared.name, generation, kept, previous.logged, previous.model)
+                          else cls._candidate(declared, config, decisions))
+        return cls(declared.name, previous.started, kept, previous.logged, previous.model)
 
     @staticmethod
     def _candidate(declared: Family, config: JSON, born: int) -> Candidate:
@@ -352,10 +352,10 @@ class LiveOPE:
 
     # ---------------------------------------------------------------- per record
     def decide(self, declared: Family, fields: Mapping[str, Any], event_id: str,
-               output: Mapping[str, Any]) -> list[Any] | None:
-        """The live learner decided ``output`` on ``fields``: what the estimators and the
-        candidates' learning will need when its feedback comes (None: the round cannot be
-        scored)."""
+               output: Mapping[str, Any], index: int) -> list[Any] | None:
+        """The live learner decided ``output`` on ``fields``, its decision number ``index``
+        (counted from 0): what the estimators and the candidates' learning will need when its
+        feedback comes (None: the round cannot be scored)."""
         # (imported here: processors.processor imports this module)
         from processors.processor import event_seed
 
@@ -388,14 +388,16 @@ class LiveOPE:
                                           _unit_draw(seed, name, event_id))
             terms[name] = [float(target[action]) / mu, float(target @ q),
                            decided.pending if learns else None]
-        return [self.generation, inputs, action, p[action] / mu, float(np.dot(p, q)),
+        return [index, inputs, action, p[action] / mu, float(np.dot(p, q)),
                 float(q[action]), terms]
 
     def observe(self, declared: Family, recorded: list[Any], feedback: Mapping[str, Any]) -> None:
         """A decision's feedback (applied to the live learner): the round is scored if it
         reveals the logged action's reward, and the candidates that accepted it learn."""
-        generation, inputs, action, logged_weight, logged_direct, modelled, terms = recorded
-        assert declared.revealed is not None and self.model is not None
+        index, inputs, action, logged_weight, logged_direct, modelled, terms = recorded
+        assert declared.revealed is not None
+        if index < self.started or self.model is None:
+            return  # decided under an evaluation since dropped (every candidate removed)
         value = (feedback.get(declared.revealed) or {}).get(str(action))
         if value is None:
             return
@@ -404,7 +406,7 @@ class LiveOPE:
                         logged_direct + logged_weight * (reward - modelled))
         for name, (weight, direct, pending) in terms.items():
             candidate = self.candidates.get(name)
-            if candidate is None or candidate.born > generation:
+            if candidate is None or candidate.born > index:
                 continue  # removed, or replaced since this decision
             candidate.sums.add(weight, reward, direct + weight * (reward - modelled))
             if pending is not None:
@@ -430,7 +432,7 @@ class LiveOPE:
 
     # ---------------------------------------------------------------- state log
     def to_json(self) -> JSON:
-        return {"generation": self.generation, "logged": self.logged.to_json(),
+        return {"started": self.started, "logged": self.logged.to_json(),
                 "model": None if self.model is None else self.model.to_json(),
                 "candidates": {name: c.to_json() for name, c in self.candidates.items()}}
 
@@ -445,5 +447,5 @@ class LiveOPE:
                                          Sums.from_json(item["sums"]), item["learned"],
                                          item["state"])
         model = None if data["model"] is None else RewardModel.from_json(data["model"])
-        return cls(family_name, data["generation"], candidates, Sums.from_json(data["logged"]),
+        return cls(family_name, data["started"], candidates, Sums.from_json(data["logged"]),
                    model)

@@ -324,7 +324,8 @@ class Processor:
             # Only timeouts or candidates changed: keep learning (and the estimates of the
             # candidates that stayed the same).
             if old.config.candidates != new_config.candidates:
-                old.ope = LiveOPE.configure(declared, new_config.candidates, old.ope)
+                old.ope = LiveOPE.configure(declared, new_config.candidates, old.ope,
+                                            int(old.stats.get("decisions", 0)))
                 store.touch_learner(lid)
             old.config = new_config
             store.touch_config(lid)
@@ -332,7 +333,7 @@ class Processor:
             return out
         version = old.version + 1 if old is not None else 1
         # A new learner version is a new logged policy: its evaluation starts afresh.
-        ope = LiveOPE.configure(declared, new_config.candidates, None)
+        ope = LiveOPE.configure(declared, new_config.candidates, None, 0)
         store.put_learner(lid, LearnerEntry(new_config, version, {}, learner, ope=ope))
         self.sink.processed(source.topic, Outcome.CREATED if old is None else Outcome.RECONFIGURED)
         if old is None:
@@ -427,7 +428,9 @@ class Processor:
             )
             return out
         if entry.ope is not None and self.live_ope:
-            record.ope = entry.ope.decide(declared, fields, eid, decided.output)
+            # (the decision's index: stats.on_decided below counts it)
+            record.ope = entry.ope.decide(declared, fields, eid, decided.output,
+                                          int(entry.stats.get("decisions", 0)))
         stats.on_decided(
             entry.stats, type(entry.learner), decided.output, config.params,
             entry.learner.summary(),

@@ -253,6 +253,21 @@ def test_changing_only_the_candidates_keeps_the_learner_and_unchanged_estimates(
     assert estimates(processor)["uniform"].rounds == 0
 
 
+def test_decisions_of_a_dropped_evaluation_are_not_scored_by_the_next() -> None:
+    processor = started({"uniform": UNIFORM})
+    decided = processor.on_context(
+        encode({"learner_id": LID, "event_id": "e0", "features": [0.5, 0.5]}), CONTEXTS, 1.0)
+    action = decided.decisions[0].output["action"]
+    processor.on_config(LID, config({}), CONFIGS, 2.0)  # every candidate removed ...
+    processor.on_config(LID, config({"uniform": UNIFORM}), CONFIGS, 3.0)  # ... and back
+    out = processor.on_feedback(
+        encode({"learner_id": LID, "event_id": "e0", "losses": {str(action): 0.5}}),
+        FEEDBACK, 4.0)
+    assert not out.dead_letters
+    assert processor.store.learners[LID].stats["feedback"] == 1  # the learner learned it
+    assert all(e.rounds == 0 for e in estimates(processor).values())
+
+
 @pytest.mark.parametrize(("record", "detail"), [
     ({"family": "conformal", "algorithm": "sps", "params": {"alpha": 0.8},
       "candidates": {"other": {"algorithm": "sps", "params": {"alpha": 0.9}}}},
