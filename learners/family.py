@@ -70,7 +70,9 @@ class Family:
     """Decisions carry the played action (``played_action``) and the distribution ``p`` it was
     drawn from, so off-policy evaluation (``banditflow ope --policy CONFIG``) can score the
     learners: they then learn from logged rounds as if they had played the logged action, put
-    in their pending state under the ``played_action`` key, with its ``revealed`` feedback."""
+    in their pending state under the ``played_action`` key, with its ``revealed`` feedback.
+    Its learner configs may also name ``candidates``, scored live the same way
+    (:mod:`processors.ope`)."""
     evaluation: str | None = None
     """Module of the family's ``banditflow evaluate`` task (see :mod:`offline.evaluation`)."""
     logs: tuple[str, ...] = ()

@@ -37,6 +37,7 @@ import orjson
 from learners.base import ContradictingFeedback, Learned, Learner, LearnerError
 from learners.registry import family, learner_class, make_learner
 from processors import stats
+from processors.ope import CandidateError, LiveOPE, PolicyEstimates
 from processors.records import (
     DecisionRecord,
     Held,
@@ -158,9 +159,11 @@ class Processor:
         unknown_learner_grace_s: float = 10.0,
         expected_partition: Callable[[str], int] | None = None,
         wall_clock: Callable[[], float] | None = None,
+        live_ope: bool = True,
     ) -> None:
         """``wall_clock`` stamps ``decided_at`` and dead letters; without it they carry the
-        stream time (offline replay, where rounds are the only clock)."""
+        stream time (offline replay, where rounds are the only clock). ``live_ope``: evaluate
+        the learners' candidates (:mod:`processors.ope`); off, they are left as they are."""
         self.store = store if store is not None else PartitionStore()
         self.partition = partition
         self.limits = limits or Limits()
@@ -170,6 +173,7 @@ class Processor:
         self.expected_partition = expected_partition
         self.wall_clock = wall_clock
         self._releasing = False  # deciding contexts that waited for updates (_updated)
+        self.live_ope = live_ope
 
     def _wall(self, now: float) -> float:
         return now if self.wall_clock is None else self.wall_clock()
@@ -318,14 +322,29 @@ class Processor:
             self._dead(out, "invalid_config", detail, raw, source, now, lid)
             return out
         new_config = LearnerSettings.from_json(config.model_dump(mode="json"))
+        declared = family(config.family)
+        if new_config.candidates:
+            try:
+                LiveOPE.check(declared, new_config.candidates)
+            except CandidateError as exc:
+                self._dead(out, "invalid_config", str(exc), raw, source, now, lid)
+                return out
         old = store.learners.get(lid)
         if old is not None and old.config.same_learner(new_config):
-            old.config = new_config  # only timeouts changed: keep learning
+            # Only timeouts or candidates changed: keep learning (and the estimates of the
+            # candidates that stayed the same).
+            if old.config.candidates != new_config.candidates:
+                old.ope = LiveOPE.configure(declared, new_config.candidates, old.ope,
+                                            int(old.stats.get("decisions", 0)))
+                store.touch_learner(lid)
+            old.config = new_config
             store.touch_config(lid)
             self.sink.processed(source.topic, Outcome.UPDATED)
             return out
         version = old.version + 1 if old is not None else 1
-        store.put_learner(lid, LearnerEntry(new_config, version, {}, learner))
+        # A new learner version is a new logged policy: its evaluation starts afresh.
+        ope = LiveOPE.configure(declared, new_config.candidates, None, 0)
+        store.put_learner(lid, LearnerEntry(new_config, version, {}, learner, ope=ope))
         self.sink.processed(source.topic, Outcome.CREATED if old is None else Outcome.RECONFIGURED)
         if old is None:
             self._release(lid, now, out)
@@ -386,7 +405,8 @@ class Processor:
             return out
         config = entry.config
         fields = context.model_dump(exclude=CONTEXT_ENVELOPE, exclude_none=True)
-        accepted = family(config.family).context
+        declared = family(config.family)
+        accepted = declared.context
         foreign = sorted(name for name in fields if name not in accepted)
         if foreign:
             takes = ", ".join(sorted(accepted)) or "no fields beyond the envelope"
@@ -428,6 +448,10 @@ class Processor:
                 raw, source, now, lid, eid,
             )
             return out
+        if entry.ope is not None and self.live_ope:
+            # (the decision's index: stats.on_decided below counts it)
+            record.ope = entry.ope.decide(declared, fields, eid, decided.output,
+                                          int(entry.stats.get("decisions", 0)))
         stats.on_decided(
             entry.stats, type(entry.learner), decided.output, config.params,
             entry.learner.summary(),
@@ -590,7 +614,8 @@ class Processor:
                 f"decided by learner version {record.version}, which has since been "
                 f"reconfigured to version {entry.version}",
             )
-        accepted = family(entry.config.family).feedback
+        declared = family(entry.config.family)
+        accepted = declared.feedback
         foreign = sorted(name for name in fields if name not in accepted and name != "part")
         if foreign:
             return dead(
@@ -603,6 +628,10 @@ class Processor:
         except LEARNER_FAILURES as exc:
             return dead(failure_reason(exc), str(exc))
         stats.on_learned(entry.stats, learned.metrics, settled=learned.done)
+        if record.ope is not None:  # scored once, by the feedback that follows the decision
+            if entry.ope is not None and self.live_ope:
+                entry.ope.observe(declared, record.ope, fields)
+            record.ope = None
         store.touch_learner(lid)
         record.parts.append(part)
         record.digests[part] = digest
@@ -761,3 +790,11 @@ class Processor:
         if entry is None:
             return None
         return stats.gauges(type(entry.learner), entry.stats, entry.learner.summary())
+
+    def ope_estimates(self, learner_id: str) -> list[PolicyEstimates] | None:
+        """A learner's live OPE estimates (the logged policy's, then each candidate's), None
+        if it has no candidates."""
+        entry = self.store.learners.get(learner_id)
+        if entry is None or entry.ope is None:
+            return None
+        return entry.ope.estimates()

@@ -29,6 +29,7 @@ import orjson
 
 from learners.base import JSON, Learner
 from learners.registry import learner_class
+from processors.ope import LiveOPE
 from schemas.events import SCHEMA_VERSION
 
 
@@ -48,7 +49,7 @@ class Outcome(StrEnum):
 
     CREATED = "created"  # a config made a new learner
     RECONFIGURED = "reconfigured"  # ... replaced one (a new version)
-    UPDATED = "updated"  # ... changed only timeouts
+    UPDATED = "updated"  # ... changed only timeouts or candidates
     DELETED = "deleted"  # a tombstone removed one
     DECIDED = "decided"
     APPLIED = "applied"  # feedback reached its learner
@@ -94,9 +95,11 @@ class LearnerSettings:
     early_feedback_grace_s: float = 30.0
     schema_version: int = SCHEMA_VERSION
     ts: float | None = None
+    candidates: JSON = field(default_factory=dict)
 
     def same_learner(self, other: LearnerSettings) -> bool:
-        """Whether ``other`` configures the same learner (it may change only timeouts)."""
+        """Whether ``other`` configures the same learner (it may change only timeouts and
+        candidates: candidates are evaluated beside the learner, never change it)."""
         return (self.family, self.algorithm, self.params, self.seed) == (
             other.family, other.algorithm, other.params, other.seed
         )
@@ -112,6 +115,7 @@ class LearnerSettings:
             "seed": self.seed,
             "feedback_timeout_s": self.feedback_timeout_s,
             "early_feedback_grace_s": self.early_feedback_grace_s,
+            "candidates": self.candidates,
         }
 
     @classmethod
@@ -137,6 +141,7 @@ class LearnerEntry:
     updates: int = 0
     checkpoint: JSON = field(default_factory=dict)
     redo: list[tuple[Any, ...]] = field(default_factory=list)
+    ope: LiveOPE | None = None  # its candidates' live evaluation (config ``candidates``)
 
     def __post_init__(self) -> None:
         if not self.checkpoint:
@@ -151,19 +156,25 @@ class LearnerEntry:
         return {"config": self.config.to_json(), "version": self.version}
 
     def to_json(self) -> JSON:
-        """The learning part (key ``l/<id>``; written whenever the learner changed)."""
+        """The learning part (key ``l/<id>``; written whenever the learner changed), with
+        its live OPE state when it has candidates (``ope``; older logs have none)."""
         state = self.learner.to_state()
         self.mark_checkpoint(state)
-        return {"stats": self.stats, "state": state, "updates": self.updates}
+        data = {"stats": self.stats, "state": state, "updates": self.updates}
+        if self.ope is not None:
+            data["ope"] = self.ope.to_json()
+        return data
 
     @classmethod
     def from_json(cls, config: JSON, learning: JSON) -> LearnerEntry:
         settings = LearnerSettings.from_json(config["config"])
         cls_ = learner_class(settings.family, settings.algorithm)
         learner = cls_.from_state(settings.params, learning["state"])
+        ope = learning.get("ope")
         return cls(
             settings, config["version"], dict(learning["stats"]), learner,
             learning.get("updates", 0), learning["state"],  # (logs before updates: 0)
+            ope=None if ope is None else LiveOPE.from_json(settings.family, ope),
         )
 
 
@@ -191,6 +202,8 @@ class DecisionRecord:
     # from a different one for the same part (records of older logs have none: a duplicate)
     digests: dict[str, str] = field(default_factory=dict)
     updates: int = 0  # the learner's updates when it decided (records of older logs: 0)
+    # what live OPE needs when the feedback comes (processors.ope.LiveOPE.decide), until then
+    ope: list[Any] | None = None
 
     @property
     def open(self) -> bool:
@@ -211,11 +224,15 @@ class DecisionRecord:
 
     def to_json(self) -> list[Any]:
         output = self.output if isinstance(self.output, str) else orjson.dumps(self.output)
-        return [
+        fields = [
             self.version, self.decided_at, self.context_ts, self.deadline,
             output if isinstance(output, str) else output.decode(), self.pending, self.parts,
             self.settled_by, self.settled_at, self.truth, self.digests, self.updates,
         ]
+        # Only a learner with candidates has this: the others' records stay as they were.
+        if self.ope is not None:
+            fields.append(self.ope)
+        return fields
 
     @classmethod
     def from_json(cls, data: list[Any]) -> DecisionRecord:

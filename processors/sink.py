@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
+from processors.ope import PolicyEstimates
 from processors.records import Outcome
 
 
@@ -28,6 +29,9 @@ class Sink:
         gauges: Mapping[str, float | list[float]],
     ) -> None:
         """The learner's live gauges after an update (coverage, threshold, regret, …)."""
+
+    def ope_estimates(self, learner_id: str, estimates: Sequence[PolicyEstimates]) -> None:
+        """The learner's live OPE estimates (the logged policy's and each candidate's)."""
 
     def pending(self, partition: int, open_decisions: int) -> None:
         """Open decisions of ``partition`` after a timeout sweep."""

@@ -137,12 +137,14 @@ class PartitionStore:
     def settle(
         self, key: str, record: DecisionRecord, by: Settled, now: float, retention_s: float
     ) -> None:
-        """Close ``record``: drop what learning needed, keep it ``retention_s`` for dedupe."""
+        """Close ``record``: drop what learning and live OPE needed, keep it ``retention_s``
+        for dedupe."""
         if record.open:
             self.open_decisions -= 1
         record.settled_by = by
         record.settled_at = now
         record.pending = None
+        record.ope = None
         heapq.heappush(self._purge_times, (now + retention_s, key, now))
         self._mark_decision(key)
 

@@ -33,6 +33,32 @@ class Record(BaseModel):
     ts: float | None = Field(None, description="event time, seconds since the epoch")
 
 
+def _storable(params: dict[str, Any]) -> dict[str, Any]:
+    # The config is stored in the state log with the learner; one that cannot be encoded
+    # there would fail every commit of its partition.
+    try:
+        orjson.dumps(params)
+    except orjson.JSONEncodeError as exc:
+        raise ValueError(f"params cannot be stored: {exc} (integers must fit in 64 bits)") from None
+    return params
+
+
+MAX_CANDIDATES = 8
+CandidateName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._:-]+$")]
+
+
+class CandidateConfig(BaseModel):
+    """A candidate policy evaluated live beside a learner: a learner of the same family."""
+
+    model_config = ConfigDict(strict=True, allow_inf_nan=False, extra="forbid")
+
+    algorithm: Annotated[str, Field(min_length=1, max_length=64)]
+    params: dict[str, Any] = Field(default_factory=dict)
+    seed: int = Field(0, ge=0, lt=2**63)
+
+    _encodable_params = field_validator("params")(_storable)
+
+
 class LearnerConfig(Record):
     """Creates or reconfigures a learner (compacted ``learners`` topic, key = learner_id)."""
 
@@ -42,6 +68,13 @@ class LearnerConfig(Record):
     seed: int = Field(0, ge=0, lt=2**63)
     feedback_timeout_s: float = Field(300.0, gt=0)
     early_feedback_grace_s: float = Field(30.0, ge=0)
+    candidates: dict[CandidateName, CandidateConfig] = Field(
+        default_factory=dict,
+        max_length=MAX_CANDIDATES,
+        description="candidate policies (name -> a learner config of the same family) "
+        "evaluated off-policy on this learner's live decisions and feedback (families whose "
+        "decisions carry a distribution p: graph_cb); changing only them keeps the learner",
+    )
 
     @field_validator("family")
     @classmethod
@@ -56,18 +89,7 @@ class LearnerConfig(Record):
             )
         return name
 
-    @field_validator("params")
-    @classmethod
-    def _encodable_params(cls, params: dict[str, Any]) -> dict[str, Any]:
-        # The config is stored in the state log with the learner; one that cannot be encoded
-        # there would fail every commit of its partition.
-        try:
-            orjson.dumps(params)
-        except orjson.JSONEncodeError as exc:
-            raise ValueError(
-                f"params cannot be stored: {exc} (integers must fit in 64 bits)"
-            ) from None
-        return params
+    _encodable_params = field_validator("params")(_storable)
 
 
 class _Context(Record):

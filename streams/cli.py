@@ -117,6 +117,15 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
         "empty, topics deleted): exit with status 3, or start the lost partitions afresh with "
         "empty state (default: %(default)s)",
     )
+    parser.add_argument(
+        "--live-ope",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="evaluate the candidate policies named in learner configs (`candidates`) on the "
+        "live decisions and feedback, exported as banditflow_ope_* gauges; --no-live-ope "
+        "ignores them and keeps their estimates as they were (default: on; a learner without "
+        "candidates costs nothing either way)",
+    )
     parser.add_argument("--loglevel", default="warning", help="(default: %(default)s)")
 
 
@@ -144,6 +153,7 @@ def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is l
         session_timeout_s=session,
         instance_id=args.instance_id,
         on_state_loss=args.on_state_loss,
+        live_ope=args.live_ope,
         limits=Limits(args.max_event_bytes, args.max_labels, args.max_features),
     )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE  # noqa: F401  (re-export)
 from prometheus_client import (
@@ -19,6 +19,7 @@ from prometheus_client import (
 )
 
 from learners.registry import families
+from processors.ope import PolicyEstimates
 from processors.records import Outcome
 from processors.sink import Sink
 
@@ -110,6 +111,33 @@ class PrometheusSink(Sink):
             (*LEARNER_LABELS, "name"),
             registry=r,
         )
+        self.ope_estimate = Gauge(
+            "banditflow_ope_estimate",
+            "Live off-policy estimate of a policy's mean reward on a learner's logged decisions "
+            "(policy: a candidate named in its config, or logged), by estimator (ips, snips, "
+            "dr) and bound (value, ci_low, ci_high: the 95% interval)",
+            ("learner_id", "policy", "estimator", "bound"),
+            registry=r,
+        )
+        self.ope_effective_sample_size = Gauge(
+            "banditflow_ope_effective_sample_size",
+            "Kish's effective sample size of a policy's live off-policy estimates",
+            ("learner_id", "policy"),
+            registry=r,
+        )
+        self.ope_rounds = Gauge(
+            "banditflow_ope_rounds",
+            "Logged rounds scored by live off-policy evaluation (feedback revealed the logged "
+            "action's reward)",
+            ("learner_id", "policy"),
+            registry=r,
+        )
+        self.ope_learned_rounds = Gauge(
+            "banditflow_ope_learned_rounds",
+            "Logged rounds a candidate policy learned from (explore_eval acceptance)",
+            ("learner_id", "policy"),
+            registry=r,
+        )
         self.recovery_seconds = Gauge(
             "banditflow_recovery_seconds",
             "Time the last recovery of a partition's state took (read, re-publish, claim)",
@@ -145,6 +173,7 @@ class PrometheusSink(Sink):
             registry=r,
         )
         self._not_exported: set[str] = set()
+        self._ope_policies: dict[str, set[str]] = {}
         self._records: Counter[tuple[str, str]] = Counter()
         self._dead_letters: Counter[str] = Counter()
         self._latencies: list[float] = []
@@ -213,13 +242,46 @@ class PrometheusSink(Sink):
             elif math.isfinite(float(value)) or name.endswith("threshold"):
                 self.other.labels(*labels, name).set(value)
 
-    def forget(self, learner_id: str) -> None:
-        self._exported.discard(learner_id)
-        metrics = (self.regret, self.other, *self.arm_gauges.values(), *self.gauges.values())
+    def _ope_metrics(self) -> tuple[Gauge, ...]:
+        return (self.ope_estimate, self.ope_effective_sample_size, self.ope_rounds,
+                self.ope_learned_rounds)
+
+    def ope_estimates(self, learner_id: str, estimates: Sequence[PolicyEstimates]) -> None:
+        if learner_id not in self._exported:  # (learner_state, called first, admits it)
+            return
+        policies = {e.policy for e in estimates}
+        gone = self._ope_policies.get(learner_id, set()) - policies
+        if gone:  # candidates removed from the config: their series go with them
+            self._remove(self._ope_metrics(),
+                         lambda labels: labels[0] == learner_id and labels[1] in gone)
+        self._ope_policies[learner_id] = policies
+        for policy in estimates:
+            name = policy.policy
+            for estimator in ("ips", "snips", "dr"):
+                estimate = getattr(policy, estimator)
+                for bound in ("value", "ci_low", "ci_high"):
+                    number = getattr(estimate, bound)
+                    # undefined (no round yet) and infinite (one round) values are left out
+                    if math.isfinite(number):
+                        self.ope_estimate.labels(learner_id, name, estimator, bound).set(number)
+            self.ope_effective_sample_size.labels(learner_id, name).set(policy.ess)
+            self.ope_rounds.labels(learner_id, name).set(policy.rounds)
+            if policy.learned_from is not None:
+                self.ope_learned_rounds.labels(learner_id, name).set(policy.learned_from)
+
+    @staticmethod
+    def _remove(metrics: Sequence[Gauge], selected: Callable[[tuple[str, ...]], bool]) -> None:
         for metric in metrics:
             for labels in list(metric._metrics):
-                if labels[0] == learner_id:
+                if selected(labels):
                     metric.remove(*labels)
+
+    def forget(self, learner_id: str) -> None:
+        self._exported.discard(learner_id)
+        self._ope_policies.pop(learner_id, None)
+        metrics = (self.regret, self.other, *self.arm_gauges.values(), *self.gauges.values(),
+                   *self._ope_metrics())
+        self._remove(metrics, lambda labels: labels[0] == learner_id)
 
     def exposition(self, flush: bool = True) -> bytes:
         """The text format; ``flush=False`` from another thread (the worker flushes at every

@@ -47,6 +47,12 @@ def add_simulation_options(parser: argparse.ArgumentParser, family_default: str 
                         help="the learner's algorithm (default: the family's demo learner)")
     parser.add_argument("--baseline", action="store_true",
                         help="also drive the family's baseline on the same traffic")
+    parser.add_argument("--candidate", dest="candidates", action="append", default=[],
+                        metavar="ALGORITHM",
+                        help="evaluate this algorithm of the family live beside the learner (a "
+                        "candidate of its config, named after it, with the traffic's "
+                        "parameters; live OPE, families whose decisions carry p: graph_cb); "
+                        "repeatable")
     parser.add_argument("--events", type=int, default=None,
                         help="contexts to send (per learner)")
     parser.add_argument("--rate", type=float, default=0.0,
@@ -79,6 +85,7 @@ class SimulationSettings:
     learner_id: str | None = None
     algorithm: str | None = None
     baseline: bool = False
+    candidates: list[str] = field(default_factory=list)
     events: int | None = None
     rate: float = 0.0
     window: int = 200
@@ -116,6 +123,7 @@ class LearnerTally:
     role: str  # "learner" or "baseline"
     cls: type[Learner]
     params: dict[str, Any]
+    candidates: dict[str, Any] = field(default_factory=dict)  # (its config's)
     decided: int = 0
     rejected: int = 0
     truths: int = 0
@@ -243,8 +251,12 @@ def prepare(settings: SimulationSettings) -> tuple[Traffic, SimulationReport]:
         params = played.params_for(algorithm)
         if algorithm == application.learner:
             params |= application.learner_params
+        candidates = {name: {"algorithm": name, "params": played.params_for(name),
+                             "seed": settings.seed}
+                      for name in settings.candidates} if role == "learner" else {}
         tallies.append(LearnerTally(learner_id, algorithm, role,
-                                    learner_class(settings.family, algorithm), params))
+                                    learner_class(settings.family, algorithm), params,
+                                    candidates))
     report = SimulationReport(settings.family, events, tallies, played.oracle_set_size(),
                               played.budget(), played.target_coverage())
     return played, report
@@ -258,6 +270,7 @@ def learner_config(settings: SimulationSettings, tally: LearnerTally) -> dict[st
         "params": tally.params,
         "seed": settings.seed,
         "feedback_timeout_s": settings.feedback_timeout,
+        "candidates": tally.candidates,
     }
 
 

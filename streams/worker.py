@@ -96,6 +96,9 @@ class WorkerSettings:
     # When the broker no longer holds the state log (emptied, replaced, topics recreated):
     # "exit" with EXIT_STATE_LOST, or start the lost partitions "fresh" with empty state.
     on_state_loss: str = "exit"
+    # Evaluate the candidate policies named in learner configs on the live stream (off: they
+    # are ignored, their estimates kept as they were).
+    live_ope: bool = True
 
 
 class PartitionRuntime:
@@ -120,6 +123,7 @@ class PartitionRuntime:
             retention_s=settings.retention_s,
             expected_partition=lambda key: partition_for(key, settings.partitions),
             wall_clock=wall_clock,
+            live_ope=settings.live_ope,
         )
         self.log = PartitionLog(number, reader)
         self.marks: dict[str, int] = dict(last.marks) if last else {}
@@ -716,6 +720,9 @@ class Worker:
         if entry is not None and gauges is not None:
             config = entry.config
             self.sink.learner_state(learner_id, config.family, config.algorithm, gauges)
+            estimates = part.processor.ope_estimates(learner_id)
+            if estimates is not None:
+                self.sink.ope_estimates(learner_id, estimates)
 
     async def commit(self) -> None:
         """Make everything applied so far durable, then publish what it produced.

@@ -1,6 +1,7 @@
 """A graph_cb application for the README's archive / OPE example: 3,000 contexts in batches
 of 100 to the learner "router" (SquareCB.G, 3 actions, bandit feedback), each batch's
-decisions answered with their cost before the next batch is sent.
+decisions answered with their cost before the next batch is sent. The learner's config names
+two candidate policies, which the worker evaluates live (its ``banditflow_ope_*`` gauges).
 
     python docs/examples/graph_cb_traffic.py [BOOTSTRAP]   (default 127.0.0.1:9092)
 """
@@ -21,9 +22,16 @@ decisions = KafkaConsumer("banditflow.decisions", bootstrap_servers=BOOTSTRAP,
 def send(topic, body):
     producer.send(f"banditflow.{topic}", key=LEARNER.encode(), value=json.dumps(body).encode())
 
+PARAMS = {"actions": 3, "feature_dim": 2, "graph_kind": "bandit"}
+# Two candidate policies the worker evaluates live on the learner's traffic (live OPE; they
+# never change what the learner decides): router_epsilon_greedy.json's learner, and uniform.
+with open("docs/examples/router_epsilon_greedy.json") as f:
+    EPSILON_GREEDY = {k: v for k, v in json.load(f).items() if k != "family"}
 send("learners", {"learner_id": LEARNER, "family": "graph_cb", "algorithm": "squarecb_g",
-                  "params": {"actions": 3, "feature_dim": 2, "graph_kind": "bandit",
-                             "gamma_schedule": "constant", "gamma": 10.0}})
+                  "params": {**PARAMS, "gamma_schedule": "constant", "gamma": 10.0},
+                  "candidates": {"epsilon_greedy": EPSILON_GREEDY,
+                                 "uniform": {"algorithm": "epsilon_greedy",
+                                             "params": {**PARAMS, "epsilon": 1.0}}}})
 
 # Action a costs 1 with probability sigmoid(w_a . x + b_a), else 0 (reward = -cost).
 w, b = np.array([[2.0, 0.0], [-2.0, 0.0], [0.0, 0.5]]), np.array([0.0, 0.0, 0.3])

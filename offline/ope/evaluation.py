@@ -32,33 +32,13 @@ from typing import Any
 import numpy as np
 
 from offline.archive import LoggedRound
-from offline.ope.estimators import (
-    Estimate,
-    doubly_robust,
-    effective_sample_size,
-    ips,
-    snips,
-)
 from offline.ope.learning_policy import LearningPolicy
 from offline.ope.policies import TargetPolicy
 from offline.ope.reward_model import ActionFeatures, cross_fitted_predictions
+from processors.ope import MIN_PROPENSITY, Estimate, PolicyEstimates, Sums
 
-DEFAULT_MIN_PROPENSITY = 1e-3
+DEFAULT_MIN_PROPENSITY = MIN_PROPENSITY
 ESTIMATORS = ("ips", "snips", "dr")
-
-
-@dataclass
-class PolicyEstimates:
-    policy: str
-    ips: Estimate
-    snips: Estimate
-    dr: Estimate
-    ess: float
-    learned_from: int | None = None  # a learning policy: the rounds it learned from
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"policy": self.policy, "ips": self.ips.as_dict(),
-                "snips": self.snips.as_dict(), "dr": self.dr.as_dict(), "ess": self.ess}
 
 
 @dataclass
@@ -197,12 +177,9 @@ def evaluate(rounds: Sequence[LoggedRound], policies: Sequence[TargetPolicy | Le
             else:
                 weights[i] = target[actions[i]] / clipped[i]
                 direct[i] = float(target @ predictions[i, : counts[i]])
-        results.append(PolicyEstimates(
-            policy=policy.spec,
-            ips=ips(weights, rewards),
-            snips=snips(weights, rewards),
-            dr=doubly_robust(weights, rewards, direct, modelled),
-            ess=effective_sample_size(weights),
+        sums = Sums.of(weights, rewards, direct + weights * (rewards - modelled))
+        results.append(sums.estimates(
+            policy.spec,
             learned_from=policy.learned_from if isinstance(policy, LearningPolicy) else None,
         ))
     return OPEReport(

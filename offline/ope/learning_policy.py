@@ -40,6 +40,7 @@ import numpy as np
 
 from learners.registry import families, family, make_learner
 from offline.archive import LoggedRound
+from processors.ope import explore_eval_accepts, learn_as_played
 from processors.processor import event_seed
 from schemas import LearnerConfig
 
@@ -95,11 +96,12 @@ class LearningPolicy:
                     f"{round_.event_id} offers {round_.actions}")
             target = np.asarray(p, dtype=float)
             distributions.append(target)
-            if accept.random() < target[round_.action] * bound / propensity:
-                # As if it had played the logged action: the family's front door names where
-                # its pending state and its feedback hold the action and its loss or reward.
-                pending = {**decided.pending, declared.played_action: round_.action}
+            if explore_eval_accepts(float(target[round_.action]), bound, propensity,
+                                    accept.random()):
+                # The family's front door names where its feedback holds the action's loss
+                # or reward.
                 value = -float(round_.reward) if declared.revealed_are_losses else round_.reward
-                learner.learn(pending, {declared.revealed: {str(round_.action): value}})
+                learn_as_played(learner, declared, decided.pending, round_.action,
+                                {declared.revealed: {str(round_.action): value}})
                 self.learned_from += 1
         return distributions

@@ -4,6 +4,9 @@ The rounds are split into ``folds`` random folds; the predictions for a round co
 model fit on the other folds only, so a round's own reward never enters the model that
 corrects it (the DR estimate stays unbiased, and its interval honest).
 
+Live OPE fits the same model (the shared layout) online, from earlier rounds only:
+:class:`processors.ope.RewardModel`.
+
 The model follows the rounds' context features:
 
 * one shared vector per round (graph_cb's default layout, OBP without action features): one
@@ -32,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-RIDGE = 1.0
+from processors.ope import RIDGE, ridge_coefficients
 
 
 class FeatureError(ValueError):
@@ -40,8 +43,7 @@ class FeatureError(ValueError):
 
 
 def _ridge(design: np.ndarray, targets: np.ndarray) -> np.ndarray:
-    gram = design.T @ design + RIDGE * np.eye(design.shape[1])
-    return np.linalg.solve(gram, design.T @ targets)
+    return ridge_coefficients(design.T @ design, design.T @ targets)
 
 
 def _with_intercept(features: np.ndarray) -> np.ndarray:

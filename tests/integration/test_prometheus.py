@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from kafka import KafkaProducer
 
+from learners.registry import family as declared_family
 from offline.environments import APPLICATIONS
 from streams.broker import free_port
 from streams.simulate import SimulationSettings, run_simulations
@@ -44,6 +45,10 @@ EVENTS = 200
 SIM_LEARNER = "conformal-sps"
 LEARNERS = {f"{family}-{algorithm}" for family, a in APPLICATIONS.items()
             for algorithm in (a.learner, a.baseline)}
+# Live OPE: the learners of families whose decisions carry p evaluate their baseline as a
+# candidate (the live OPE panels need one).
+CANDIDATES = {family: [a.baseline] for family, a in APPLICATIONS.items()
+              if declared_family(family).action_distribution}
 # Panels allowed to return no data here (nothing fires during the test).
 MAY_BE_EMPTY = {"Firing banditflow alerts"}
 # The alerts the deployment promises (more may exist).
@@ -237,7 +242,8 @@ def test_dashboards_and_alerts_against_real_prometheus(
     reports = run_simulations([
         SimulationSettings(bootstrap=broker.bootstrap, prefix=prefix, family=family,
                            baseline=True, events=EVENTS, window=100, delay_mean=0.05,
-                           timeout=60, workdir=tmp_path / "logs")
+                           timeout=60, workdir=tmp_path / "logs",
+                           candidates=CANDIDATES.get(family, []))
         for family in FAMILIES
     ])
     for report in reports:
@@ -261,7 +267,9 @@ def test_dashboards_and_alerts_against_real_prometheus(
                  'banditflow_learner_mean_reward{family="prob_graph"}',
                  'banditflow_arm_pulls{family="prob_graph"}',
                  'banditflow_learner_opt_reward{family="deferral"}',
-                 'banditflow_dead_letters_total{reason="malformed_json"}'):
+                 'banditflow_dead_letters_total{reason="malformed_json"}',
+                 *(f'banditflow_ope_estimate{{policy="{name}", estimator="dr", bound="ci_low"}}'
+                   for names in CANDIDATES.values() for name in names)):
         prometheus.wait_for(expr, lambda expr=expr: has_data(expr))
     time.sleep(2.0)  # a few more scrapes, so that every rate window holds two samples
 
