@@ -3,9 +3,10 @@ live OPE, where a learner's candidate policies are scored on its own live stream
 
 **Estimators.** A target policy pi is scored on logged rounds (context x_i, logged action
 a_i drawn with propensity mu_i, reward r_i) through per-round weights
-w_i = pi(a_i | x_i) / mu_i. :class:`Sums` keeps the handful of sums the estimators need, so
-that the batch estimators of :mod:`offline.ope.estimators` (which build it from arrays) and
-the live ones (which add one round at a time) are the same formulas:
+w_i = pi(a_i | x_i) / mu_i. :class:`Sums` keeps the handful of moments the estimators need,
+so that the batch estimators of ``banditflow ope`` (:mod:`offline.ope.evaluation`, which
+builds it from arrays, :meth:`Sums.of`) and the live ones (which add one round at a time)
+are the same formulas:
 
 * IPS: the mean of w_i r_i, with a normal 95 % interval;
 * SNIPS: sum w_i r_i / sum w_i, its interval from the delta method (the variance of the
@@ -14,9 +15,12 @@ the live ones (which add one round at a time) are the same formulas:
   q(x_i, a) and modelled_i = q(x_i, a_i) come from a reward model q that never saw round i;
 * Kish's effective sample size (sum w)^2 / sum w^2.
 
-Variances come from sums of squares ((sum t^2 - n mean^2) / (n - 1)); with the bounded
-rewards and clipped weights of bandit logs this loses nothing that matters next to the
-interval's width.
+Variances come from running means and centred co-moments (Welford's update, the same
+numbers whether the rounds come one at a time or as a batch), not from raw sums of squares,
+which cancel catastrophically when the terms are large next to their spread. An interval
+needs :data:`MIN_INTERVAL_SIZE` rounds and as large an effective sample size: with fewer, the
+normal approximation is meaningless (one nonzero weight gives SNIPS a zero-width interval), so
+the bounds are left undefined (NaN) and only the value is reported.
 
 **Live OPE** (:class:`LiveOPE`, a learner config's ``candidates``). When the live learner
 decides, each candidate (a learner of the same family) gives its distribution on the same
@@ -25,7 +29,7 @@ seed; the decision record keeps what the estimators need (each candidate's weigh
 direct term, the model's value of the logged action) and, for the rounds a candidate will
 learn from, its pending state. When the feedback reveals the logged action's reward, every
 candidate's sums take the round, and the candidates learn explore_eval-style
-(:func:`explore_eval_accepts`, as :mod:`offline.ope.learning_policy` does offline). The
+(:func:`explore_eval_acceptance`, as :mod:`offline.ope.learning_policy` does offline). The
 reward model is a per-action ridge regression on the context's feature vector, updated only
 when a round's feedback arrives, so each round's direct and modelled terms come from
 earlier rounds (progressive validation: the streaming form of cross-fitting). The logged
@@ -46,22 +50,35 @@ True
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from learners.base import JSON, Learner
+from learners.base import JSON, Learner, LearnerError, check_state_size
 from learners.family import Family
 from learners.registry import learner_class, make_learner
+from processors.redo import LazyGenerator, call_logged
+
+log = logging.getLogger(__name__)
 
 Z_95 = 1.959963984540054
 # Propensities below this are raised to it in the weights pi / mu: no round weighs more than
 # 1 / MIN_PROPENSITY (``banditflow ope --min-propensity``'s default; see offline.ope.evaluation).
 MIN_PROPENSITY = 1e-3
+# The fewest rounds, and the smallest effective sample size, with which an estimate gets its
+# 95 % interval: below, the normal approximation says nothing (an estimate from one nonzero
+# weight has a zero-width interval), so only the value is given.
+MIN_INTERVAL_SIZE = 10
 RIDGE = 1.0  # the reward model's ridge penalty (offline and live)
+# Live OPE's reward model regresses on the context's features up to this many; above, it is
+# a mean reward per action (intercept only), so that its update stays cheap and its state
+# small whatever the feature dimension.
+MODEL_MAX_FEATURES = 64
 # The logged policy's name among the policies of live OPE; no candidate may take it.
 LOGGED = "logged"
 
@@ -75,7 +92,7 @@ class Estimate:
     ci_high: float
 
     def as_dict(self) -> dict[str, float | None]:
-        """JSON-ready: NaN (undefined) and infinite bounds (one round) become None."""
+        """JSON-ready: NaN (undefined) bounds become None."""
         return {name: (number if math.isfinite(number) else None)
                 for name, number in (("value", self.value), ("ci_low", self.ci_low),
                                      ("ci_high", self.ci_high))}
@@ -84,98 +101,131 @@ class Estimate:
 UNDEFINED = Estimate(math.nan, math.nan, math.nan)
 
 
-def mean_interval(n: int, total: float, squares: float) -> Estimate:
-    """The mean of ``n`` independent terms (their sum and sum of squares) and its normal 95 %
-    interval (infinite for one term)."""
-    if n == 0:
-        return UNDEFINED
-    mean = total / n
-    if n == 1:
-        return Estimate(mean, -math.inf, math.inf)
-    variance = max(0.0, (squares - n * mean * mean) / (n - 1))
-    half = Z_95 * math.sqrt(variance / n)
-    return Estimate(mean, mean - half, mean + half)
+def with_interval(value: float, variance: float, n: int, ess: float) -> Estimate:
+    """``value`` and its normal 95 % interval from the variance of its ``n`` per-round terms,
+    if ``n`` and the effective sample size ``ess`` reach :data:`MIN_INTERVAL_SIZE`."""
+    if n < MIN_INTERVAL_SIZE or ess < MIN_INTERVAL_SIZE:
+        return Estimate(value, math.nan, math.nan)
+    half = Z_95 * math.sqrt(max(0.0, variance) / n)
+    return Estimate(value, value - half, value + half)
 
 
 @dataclass(slots=True)
 class Sums:
-    """Running sums of scored rounds: weights w, rewards r and DR terms t (module docstring)."""
+    """Running means and centred co-moments of scored rounds (module docstring): weights w,
+    weighted rewards y = w r and DR terms t. ``mean_t`` is NaN for rounds given without DR
+    terms (DR is then undefined)."""
 
     n: int = 0
-    w: float = 0.0
-    w2: float = 0.0
-    wr: float = 0.0
-    w2r: float = 0.0
-    w2r2: float = 0.0
-    t: float = 0.0
-    t2: float = 0.0
+    mean_w: float = 0.0
+    mean_y: float = 0.0
+    mean_t: float = 0.0
+    m2_w: float = 0.0  # sum (w - mean_w)^2
+    m2_y: float = 0.0  # sum (y - mean_y)^2
+    c_wy: float = 0.0  # sum (w - mean_w)(y - mean_y)
+    m2_t: float = 0.0  # sum (t - mean_t)^2
 
     @classmethod
     def of(cls, weights: np.ndarray, rewards: np.ndarray,
            terms: np.ndarray | None = None) -> Sums:
-        """The sums of a batch of rounds (``terms``: their DR terms, when wanted)."""
-        wr = weights * rewards
-        t = np.zeros(0) if terms is None else terms
-        return cls(len(weights), float(np.sum(weights)), float(np.sum(weights**2)),
-                   float(np.sum(wr)), float(np.sum(weights * wr)), float(np.sum(wr**2)),
-                   float(np.sum(t)), float(np.sum(t**2)))
+        """The sums of a batch of rounds (``terms``: their DR terms; without, DR is
+        undefined)."""
+        n = len(weights)
+        if n == 0:
+            return cls(mean_t=0.0 if terms is not None else math.nan)
+        y = weights * rewards
+        dw, dy = weights - np.mean(weights), y - np.mean(y)
+        if terms is None:
+            mean_t = m2_t = math.nan
+        else:
+            mean_t = float(np.mean(terms))
+            m2_t = float(np.sum((terms - mean_t) ** 2))
+        return cls(n, float(np.mean(weights)), float(np.mean(y)), mean_t,
+                   float(dw @ dw), float(dy @ dy), float(dw @ dy), m2_t)
 
     def add(self, weight: float, reward: float, term: float) -> None:
-        """One more round: its weight, reward and DR term."""
-        wr = weight * reward
+        """One more round: its weight, reward and DR term (Welford's update)."""
+        y = weight * reward
         self.n += 1
-        self.w += weight
-        self.w2 += weight * weight
-        self.wr += wr
-        self.w2r += weight * wr
-        self.w2r2 += wr * wr
-        self.t += term
-        self.t2 += term * term
+        n = self.n
+        dw = weight - self.mean_w
+        dy = y - self.mean_y
+        dt = term - self.mean_t
+        self.mean_w += dw / n
+        self.mean_y += dy / n
+        self.mean_t += dt / n
+        self.m2_w += dw * (weight - self.mean_w)
+        self.m2_y += dy * (y - self.mean_y)
+        self.c_wy += dw * (y - self.mean_y)
+        self.m2_t += dt * (term - self.mean_t)
 
     def ips(self) -> Estimate:
         """Inverse propensity scoring: mean of w_i r_i (unbiased when every mu_i > 0 where
         pi > 0)."""
-        return mean_interval(self.n, self.wr, self.w2r2)
+        n = self.n
+        if n == 0:
+            return UNDEFINED
+        return with_interval(self.mean_y, self.m2_y / max(1, n - 1), n, self.ess())
 
     def snips(self) -> Estimate:
         """Self-normalised IPS: sum w_i r_i / sum w_i (biased, consistent, often lower
-        variance; undefined when the target never plays a logged action)."""
+        variance; undefined when the target never plays a logged action). Its variance is the
+        delta method's: that of the linearised terms (y_i - value w_i) / mean w, whose sum of
+        squares is exactly m2_y - 2 value c_wy + value^2 m2_w (they sum to zero)."""
         n = self.n
-        if n == 0 or self.w <= 0.0:
+        if n == 0 or self.mean_w <= 0.0:
             return UNDEFINED
-        value = self.wr / self.w
-        if n == 1:
-            return Estimate(value, -math.inf, math.inf)
-        # sum of w_i^2 (r_i - value)^2; the linearised terms sum to zero
-        squares = max(0.0, self.w2r2 - 2.0 * value * self.w2r + value * value * self.w2)
-        half = Z_95 * math.sqrt(squares / (n - 1)) / (self.w / n) / math.sqrt(n)
-        return Estimate(value, value - half, value + half)
+        value = self.mean_y / self.mean_w
+        squares = self.m2_y - 2.0 * value * self.c_wy + value * value * self.m2_w
+        variance = squares / max(1, n - 1) / (self.mean_w * self.mean_w)
+        return with_interval(value, variance, n, self.ess())
 
     def dr(self) -> Estimate:
         """Doubly robust: mean of the DR terms; unbiased when the weights are right, whatever
         the reward model, provided the model never saw the round it corrects."""
-        return mean_interval(self.n, self.t, self.t2)
+        n = self.n
+        if n == 0 or math.isnan(self.mean_t):
+            return UNDEFINED
+        return with_interval(self.mean_t, self.m2_t / max(1, n - 1), n, self.ess())
 
     def ess(self) -> float:
         """Kish's effective sample size (sum w)^2 / sum w^2: how many rounds the estimate is
         worth (the number of rounds when every weight is equal, 0 when all are 0)."""
-        return self.w * self.w / self.w2 if self.w2 > 0 else 0.0
+        squares = self.m2_w + self.n * self.mean_w * self.mean_w  # sum w^2
+        return (self.n * self.mean_w) ** 2 / squares if squares > 0 else 0.0
 
     def estimates(self, policy: str, learned_from: int | None = None) -> PolicyEstimates:
         return PolicyEstimates(policy, self.ips(), self.snips(), self.dr(), self.ess(),
                                learned_from, self.n)
 
     def to_json(self) -> list[float]:
-        return [self.n, self.w, self.w2, self.wr, self.w2r, self.w2r2, self.t, self.t2]
+        return [self.n, self.mean_w, self.mean_y, self.mean_t, self.m2_w, self.m2_y,
+                self.c_wy, self.m2_t]
 
     @classmethod
     def from_json(cls, data: list[float]) -> Sums:
         return cls(int(data[0]), *data[1:])
 
+    @classmethod
+    def from_raw(cls, data: list[float]) -> Sums:
+        """Sums as the first live OPE logs kept them, raw: n, sum w, w^2, w r, w^2 r, w^2 r^2,
+        t, t^2 (read once, then written as moments)."""
+        n, w, w2, y, wy, y2, t, t2 = data
+        n = int(n)
+        if n == 0:
+            return cls()
+        mean_w, mean_y, mean_t = w / n, y / n, t / n
+        return cls(n, mean_w, mean_y, mean_t, max(0.0, w2 - n * mean_w * mean_w),
+                   max(0.0, y2 - n * mean_y * mean_y), wy - n * mean_w * mean_y,
+                   max(0.0, t2 - n * mean_t * mean_t))
+
 
 @dataclass
 class PolicyEstimates:
-    """One target policy's estimates, effective sample size and scored rounds."""
+    """One target policy's estimates, effective sample size and scored rounds; live, also the
+    rounds a candidate could not be scored on (``skipped``: it failed to decide) and those
+    whose explore_eval acceptance was clipped (``clipped``: the logged propensity was below
+    its bound)."""
 
     policy: str
     ips: Estimate
@@ -184,6 +234,8 @@ class PolicyEstimates:
     ess: float
     learned_from: int | None = None  # a learning policy: the rounds it learned from
     rounds: int = 0
+    skipped: int = 0
+    clipped: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {"policy": self.policy, "ips": self.ips.as_dict(),
@@ -196,20 +248,21 @@ def ridge_coefficients(gram: np.ndarray, moment: np.ndarray) -> np.ndarray:
     return np.linalg.solve(penalised, moment[..., None])[..., 0]
 
 
-def explore_eval_accepts(target: float, bound: float, propensity: float, draw: float) -> bool:
-    """Whether a learning policy learns from a logged round, explore_eval-style: with
-    probability pi(a) bound / mu(a), where ``bound`` is at most every clipped propensity the
-    round's action could have had, so that the rounds accepted are distributed as if the
-    policy had played them (its own distribution pi)."""
-    return draw < target * bound / propensity
+def explore_eval_acceptance(target: float, bound: float, propensity: float) -> float:
+    """The probability with which a learning policy learns from a logged round,
+    explore_eval-style: pi(a) bound / mu(a), where ``bound`` is at most every clipped
+    propensity the round's action could have had, so that the rounds accepted are distributed
+    as if the policy had played them (its own distribution pi). Above 1 (mu below the bound),
+    acceptance is clipped and the accepted rounds under-represent that round's kind."""
+    return target * bound / propensity
 
 
-def learn_as_played(learner: Learner, declared: Family, pending: Mapping[str, Any],
-                    action: int, feedback: Mapping[str, Any]) -> None:
-    """``learner`` learns from a logged round as if it had played the logged ``action``: the
-    family's front door names where its pending state holds the played action."""
+def as_played(declared: Family, pending: Mapping[str, Any], action: int) -> dict[str, Any]:
+    """A learner's ``pending`` state of a decision, made to have played the logged
+    ``action``: the family's front door names where its pending state holds the played
+    action."""
     assert declared.played_action is not None  # (an action_distribution family)
-    learner.learn({**pending, declared.played_action: action}, feedback)
+    return {**pending, declared.played_action: action}
 
 
 class CandidateError(ValueError):
@@ -223,23 +276,37 @@ def _unit_draw(seed: int, name: str, event_id: str) -> float:
     return int.from_bytes(digest, "little") / 2.0**64
 
 
+def model_features(params: Mapping[str, Any]) -> int:
+    """The reward model's feature count for a learner's ``params``: its ``feature_dim`` up to
+    :data:`MODEL_MAX_FEATURES`, else 0 (intercept only)."""
+    dim = params.get("feature_dim")
+    return dim if isinstance(dim, int) and 0 < dim <= MODEL_MAX_FEATURES else 0
+
+
 class RewardModel:
     """Per action, a ridge regression of the reward on the context's feature vector with an
-    intercept (:mod:`offline.ope.reward_model`'s shared layout), kept as X^T X and X^T r and
-    updated as feedback arrives; contexts without one flat feature vector of the model's size
-    use the intercept alone (a mean reward per action). Predictions are clipped to the range
-    of the rewards seen, and are 0 before any."""
+    intercept (:mod:`offline.ope.reward_model`'s shared layout), kept as the inverse of
+    X^T X + RIDGE I and X^T r and updated as feedback arrives by Sherman-Morrison (O(d^2) a
+    round, no solve); contexts without one flat feature vector of the model's size use the
+    intercept alone (a mean reward per action). Predictions are clipped to the range of the
+    rewards seen, and are 0 before any."""
 
-    def __init__(self, actions: int, dim: int, grams: np.ndarray | None = None,
+    def __init__(self, actions: int, dim: int, inverses: np.ndarray | None = None,
                  moments: np.ndarray | None = None, low: float = math.inf,
                  high: float = -math.inf) -> None:
         self.actions = actions
         self.dim = dim
         size = dim + 1
-        self.grams = np.zeros((actions, size, size)) if grams is None else grams
+        self.inverses = (np.tile(np.eye(size) / RIDGE, (actions, 1, 1)) if inverses is None
+                         else inverses)
         self.moments = np.zeros((actions, size)) if moments is None else moments
         self.low, self.high = low, high
-        self.coefficients = ridge_coefficients(self.grams, self.moments)
+        self.coefficients = np.einsum("kij,kj->ki", self.inverses, self.moments)
+
+    @staticmethod
+    def numbers(actions: int, dim: int) -> int:
+        """How many numbers the model keeps in the state log."""
+        return actions * (dim + 1) * (dim + 2)
 
     def inputs(self, features: Any) -> list[float]:
         """The model's input for a context's ``features`` (with the intercept)."""
@@ -253,21 +320,28 @@ class RewardModel:
         return np.clip(self.coefficients @ np.asarray(inputs), self.low, self.high)
 
     def update(self, inputs: list[float], action: int, reward: float) -> None:
-        x = np.asarray(inputs)
-        self.grams[action] += np.outer(x, x)
+        x = np.asarray(inputs, dtype=float)
+        inverse = self.inverses[action]
+        v = inverse @ x
+        inverse -= np.outer(v, v) / (1.0 + x @ v)
         self.moments[action] += reward * x
-        self.coefficients[action] = ridge_coefficients(self.grams[action], self.moments[action])
+        self.coefficients[action] = inverse @ self.moments[action]
         self.low, self.high = min(self.low, reward), max(self.high, reward)
 
     def to_json(self) -> JSON:
-        return {"actions": self.actions, "dim": self.dim, "grams": self.grams.tolist(),
+        return {"actions": self.actions, "dim": self.dim, "inverses": self.inverses.tolist(),
                 "moments": self.moments.tolist(),
                 "range": None if self.low > self.high else [self.low, self.high]}
 
     @classmethod
     def from_json(cls, data: JSON) -> RewardModel:
         low, high = data["range"] or (math.inf, -math.inf)  # (None: no reward seen yet)
-        return cls(data["actions"], data["dim"], np.asarray(data["grams"], dtype=float),
+        if "inverses" in data:
+            inverses = np.asarray(data["inverses"], dtype=float)
+        else:  # the first live OPE logs kept X^T X itself
+            grams = np.asarray(data["grams"], dtype=float)
+            inverses = np.linalg.inv(grams + RIDGE * np.eye(grams.shape[-1]))
+        return cls(data["actions"], data["dim"], inverses,
                    np.asarray(data["moments"], dtype=float), low, high)
 
 
@@ -277,24 +351,126 @@ class Candidate:
 
     ``born`` is how many decisions its learner had made when the candidate joined: a decision
     made before (a lower decision index) carries no terms of this candidate, or those of a
-    predecessor of the same name."""
+    predecessor of the same name. Its learner is undone like the live learner's
+    (:mod:`processors.redo`): a call that raised is rolled back to the state just before it.
+    """
 
+    family: str
     config: JSON
     born: int
     learner: Learner
     sums: Sums = field(default_factory=Sums)
     learned: int = 0
-    checkpoint: JSON | None = None  # its state when last written (restored if it fails)
+    skipped: int = 0  # rounds it could not decide on (not scored)
+    clipped: int = 0  # rounds whose explore_eval acceptance was capped at 1
+    checkpoint: JSON = field(default_factory=dict)
+    redo: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.checkpoint:
+            self.mark_checkpoint(self.learner.to_state())
+
+    @property
+    def bound(self) -> float:
+        return float(self.config.get("explore_eval_bound", MIN_PROPENSITY))
+
+    def mark_checkpoint(self, state: JSON) -> None:
+        self.checkpoint = state
+        self.redo.clear()
+
+    def rebuild(self, state: JSON) -> Learner:
+        config = self.config
+        return learner_class(self.family, config["algorithm"]).from_state(config["params"], state)
 
     def to_json(self) -> JSON:
-        self.checkpoint = self.learner.to_state()
-        return {"config": self.config, "born": self.born, "state": self.checkpoint,
+        state = self.learner.to_state()
+        self.mark_checkpoint(state)
+        data = {"config": self.config, "born": self.born, "state": state,
                 "sums": self.sums.to_json(), "learned": self.learned}
+        if self.skipped:
+            data["skipped"] = self.skipped
+        if self.clipped:
+            data["clipped"] = self.clipped
+        return data
 
 
-# Exceptions from a candidate learner that skip it for the round (processors.processor's
-# LEARNER_FAILURES: bad input, not a broken worker).
-CANDIDATE_FAILURES = (ValueError, TypeError, IndexError, KeyError, ArithmeticError)
+class Scored(NamedTuple):
+    """A candidate's part of a decision: its weight pi(a|x) / mu, its DR direct term
+    sum_a pi(a|x) q(x, a), and its pending state if it learns from the round (None if not)."""
+
+    weight: float
+    direct: float
+    pending: JSON | None
+
+
+class Round(NamedTuple):
+    """What a decision keeps for live OPE until its feedback (a list in the state log)."""
+
+    index: int  # the learner's decision number (counted from 0)
+    inputs: list[float]  # the reward model's input
+    action: int
+    weight: float  # the logged policy's weight p(a) / mu
+    direct: float  # ... and its direct term
+    modelled: float  # q(x, a) of the logged action
+    terms: dict[str, Scored]
+
+    def to_json(self) -> list[Any]:
+        return [self.index, self.inputs, self.action, self.weight, self.direct, self.modelled,
+                {name: list(scored) for name, scored in self.terms.items()}]
+
+    @classmethod
+    def from_json(cls, data: list[Any]) -> Round:
+        index, inputs, action, weight, direct, modelled, terms = data
+        return cls(index, inputs, action, weight, direct, modelled,
+                   {name: Scored(*scored) for name, scored in terms.items()})
+
+
+def state_numbers(value: Any, seen: set[int] | None = None) -> int:
+    """How many numbers a learner holds (its arrays' sizes, its scalars), walking its
+    attributes: about what its state takes in the state log, without serialising it."""
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return 0
+    seen.add(id(value))
+    if isinstance(value, bool | int | float):
+        return 1
+    if isinstance(value, np.ndarray):
+        return int(value.size)
+    numel = getattr(value, "numel", None)  # (a torch tensor)
+    if callable(numel) and not isinstance(value, type):
+        return int(numel())
+    if isinstance(value, list | tuple):
+        return sum(state_numbers(item, seen) for item in value)
+    if isinstance(value, dict):
+        return sum(state_numbers(item, seen) for item in value.values())
+    attributes = getattr(value, "__dict__", None)
+    if attributes is not None and not isinstance(value, type):
+        return sum(state_numbers(item, seen) for item in attributes.values())
+    return 0
+
+
+def _interface(learner: Learner, params: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What a candidate must share with the live learner to be scored on its rounds: the
+    actions, the features it reads and the feedback graph."""
+    graph = getattr(learner, "graph", None)
+    return (getattr(learner, "actions", None), params.get("feature_dim"),
+            params.get("feature_layout"), None if graph is None else np.asarray(graph).tolist())
+
+
+# Unexpected failures of live OPE are logged at most this often (seconds): it runs on every
+# record, and one broken candidate must not flood the log.
+FAILURE_LOG_INTERVAL = 60.0
+_last_failure_log = -math.inf
+
+
+def log_failure(what: str, exc: BaseException) -> None:
+    """Log an unexpected live OPE failure, at most once per :data:`FAILURE_LOG_INTERVAL`."""
+    global _last_failure_log
+    now = time.monotonic()
+    if now - _last_failure_log >= FAILURE_LOG_INTERVAL:
+        _last_failure_log = now
+        log.error("live OPE: %s failed (%s: %s); the round is not scored (logged at most "
+                  "once a minute)", what, type(exc).__name__, exc, exc_info=exc)
 
 
 @dataclass(slots=True)
@@ -302,7 +478,8 @@ class LiveOPE:
     """A learner's live OPE: its candidates, the logged policy's sums and the reward model.
 
     Persisted with the learner (``ope`` in its state log value); a decision's part is the
-    list :meth:`decide` returns, kept in its :class:`processors.records.DecisionRecord`.
+    :class:`Round` :meth:`decide` returns, kept in its
+    :class:`processors.records.DecisionRecord`.
     """
 
     family: str
@@ -310,142 +487,190 @@ class LiveOPE:
     candidates: dict[str, Candidate]
     logged: Sums = field(default_factory=Sums)
     model: RewardModel | None = None
+    failures: int = 0  # rounds dropped by an unexpected failure (see processors.processor)
 
     @staticmethod
-    def check(declared: Family, candidates: Mapping[str, JSON]) -> None:
-        """Raises :class:`CandidateError` unless ``candidates`` can be evaluated."""
+    def check(declared: Family, learner: Learner, params: Mapping[str, Any],
+              candidates: Mapping[str, JSON]) -> dict[str, Learner]:
+        """The candidates' learners, built; raises :class:`CandidateError` unless
+        ``candidates`` can be evaluated beside ``learner`` (built from ``params``): the family
+        carries distributions, the learner's feedback graph always reveals the played action,
+        each candidate is a valid learner with the same actions, features and graph, and the
+        learner, candidates and reward model together fit in the state log's budget
+        (:data:`learners.base.MAX_STATE_NUMBERS`)."""
         if not declared.action_distribution:
             raise CandidateError(
                 f"candidates: {declared.name} decisions carry no distribution p over actions, "
                 "which live off-policy evaluation needs to weigh the logged rounds")
         if LOGGED in candidates:
             raise CandidateError(f"candidates: {LOGGED!r} names the logged policy itself")
+        graph = getattr(learner, "graph", None)
+        if graph is None:
+            raise CandidateError(
+                "candidates: the learner takes its feedback graph from each context, so a "
+                "round may not reveal the played action's loss, and live off-policy evaluation "
+                "(which scores a round by that loss) would be biased: set 'graph' or "
+                "'graph_kind'")
+        if np.any(np.diag(np.asarray(graph)) < 1):
+            raise CandidateError(
+                "candidates: the learner's feedback graph does not reveal every action's own "
+                "loss when it is played (a diagonal entry below 1), so the rounds live "
+                "off-policy evaluation could score would be a biased sample")
+        interface = _interface(learner, params)
+        actions = interface[0]
+        built = {}
+        numbers = state_numbers(learner)
         for name, candidate in candidates.items():
             try:
-                make_learner(declared.name, candidate["algorithm"], candidate["params"])
+                built[name] = make_learner(declared.name, candidate["algorithm"],
+                                           candidate["params"])
             except Exception as exc:  # whatever the learner refuses its params with
                 raise CandidateError(f"candidate {name!r}: {type(exc).__name__}: {exc}") from None
+            if _interface(built[name], candidate["params"]) != interface:
+                raise CandidateError(
+                    f"candidate {name!r}: its actions, feature_dim, feature_layout and feedback "
+                    "graph must be the learner's, for it is scored on the learner's rounds")
+            numbers += state_numbers(built[name])
+        numbers += RewardModel.numbers(int(actions or 0), model_features(params))
+        try:
+            check_state_size(numbers, "the learner with its candidates and reward model")
+        except LearnerError as exc:
+            raise CandidateError(f"candidates: {exc}") from None
+        return built
 
     @classmethod
-    def configure(cls, declared: Family, candidates: Mapping[str, JSON],
+    def configure(cls, declared: Family, learner: Learner, params: Mapping[str, Any],
+                  candidates: Mapping[str, JSON], learners: Mapping[str, Learner],
                   previous: LiveOPE | None, decisions: int) -> LiveOPE | None:
-        """The OPE state for ``candidates`` (checked) of a learner that has made
-        ``decisions`` decisions: a candidate ``previous`` had with the same config keeps its
-        learner and estimates, the others start afresh; None without candidates."""
+        """The OPE state for ``candidates`` (their ``learners`` built by :meth:`check`) of
+        ``learner`` (built from ``params``), which has made ``decisions`` decisions: a
+        candidate ``previous`` had with the same config keeps its learner and estimates, the
+        others start afresh; None without candidates."""
         if not candidates:
             return None
-        if previous is None:
-            return cls(declared.name, decisions,
-                       {name: cls._candidate(declared, config, decisions)
-                        for name, config in candidates.items()})
         kept = {}
         for name, config in candidates.items():
-            old = previous.candidates.get(name)
+            old = None if previous is None else previous.candidates.get(name)
             kept[name] = (old if old is not None and old.config == config
-                          else cls._candidate(declared, config, decisions))
-        return cls(declared.name, previous.started, kept, previous.logged, previous.model)
-
-    @staticmethod
-    def _candidate(declared: Family, config: JSON, born: int) -> Candidate:
-        learner = make_learner(declared.name, config["algorithm"], config["params"])
-        return Candidate(config, born, learner)
+                          else Candidate(declared.name, config, decisions, learners[name]))
+        if previous is None or previous.model is None:
+            model = RewardModel(int(learner.actions), model_features(params))
+            if previous is None:
+                return cls(declared.name, decisions, kept, model=model)
+        else:
+            model = previous.model
+        return cls(declared.name, previous.started, kept, previous.logged, model,
+                   previous.failures)
 
     # ---------------------------------------------------------------- per record
     def decide(self, declared: Family, fields: Mapping[str, Any], event_id: str,
-               output: Mapping[str, Any], index: int) -> list[Any] | None:
+               output: Mapping[str, Any], index: int) -> Round | None:
         """The live learner decided ``output`` on ``fields``, its decision number ``index``
         (counted from 0): what the estimators and the candidates' learning will need when its
         feedback comes (None: the round cannot be scored)."""
-        # (imported here: processors.processor imports this module)
-        from processors.processor import event_seed
-
         assert declared.played_action is not None
         action, p = output[declared.played_action], output["p"]
-        actions = len(p)
-        features = fields.get("features")
         model = self.model
-        if model is None:
-            flat = isinstance(features, list) and all(isinstance(x, int | float)
-                                                      for x in features)
-            model = self.model = RewardModel(actions, len(features) if flat else 0)
-        if model.actions != actions:
+        if model is None or model.actions != len(p):
             return None
-        inputs = model.inputs(features)
+        inputs = model.inputs(fields.get("features"))
         q = model.predict(inputs)
         mu = max(float(p[action]), MIN_PROPENSITY)
-        bound = max(MIN_PROPENSITY, min(p))  # at most any action's clipped propensity
-        terms: dict[str, list[Any]] = {}
+        terms: dict[str, Scored] = {}
         for name, candidate in self.candidates.items():
             seed = candidate.config["seed"]
             try:
-                decided = candidate.learner.decide(fields, event_seed(seed, event_id))
-            except CANDIDATE_FAILURES:
+                # any failure: the candidate's learner is rolled back, the round skipped
+                decided = call_logged(candidate, Exception, "decide", fields,
+                                      LazyGenerator(seed, event_id))
+                target = np.asarray(decided.output["p"], dtype=float)
+                if len(target) != len(p):
+                    raise ValueError(f"{len(target)} actions, the learner's {len(p)}")
+            except Exception as exc:
+                candidate.skipped += 1
+                log_failure(f"candidate {name!r} deciding", exc)
                 continue
-            target = np.asarray(decided.output["p"], dtype=float)
-            if len(target) != actions:
-                continue
-            learns = explore_eval_accepts(float(target[action]), bound, mu,
-                                          _unit_draw(seed, name, event_id))
-            terms[name] = [float(target[action]) / mu, float(target @ q),
-                           decided.pending if learns else None]
-        return [index, inputs, action, p[action] / mu, float(np.dot(p, q)),
-                float(q[action]), terms]
+            acceptance = explore_eval_acceptance(float(target[action]), candidate.bound, mu)
+            if acceptance > 1.0:
+                candidate.clipped += 1
+            learns = _unit_draw(seed, name, event_id) < acceptance
+            terms[name] = Scored(float(target[action]) / mu, float(target @ q),
+                                 decided.pending if learns else None)
+        return Round(index, inputs, action, p[action] / mu, float(np.dot(p, q)),
+                     float(q[action]), terms)
 
-    def observe(self, declared: Family, recorded: list[Any], feedback: Mapping[str, Any]) -> None:
+    def observe(self, declared: Family, recorded: Round, feedback: Mapping[str, Any]) -> None:
         """A decision's feedback (applied to the live learner): the round is scored if it
-        reveals the logged action's reward, and the candidates that accepted it learn."""
-        index, inputs, action, logged_weight, logged_direct, modelled, terms = recorded
+        reveals the logged action's reward (always, with the graphs :meth:`check` admits,
+        unless the feedback omits it), and the candidates that accepted it learn."""
         assert declared.revealed is not None
-        if index < self.started or self.model is None:
+        if recorded.index < self.started or self.model is None:
             return  # decided under an evaluation since dropped (every candidate removed)
-        value = (feedback.get(declared.revealed) or {}).get(str(action))
+        action = recorded.action
+        # (keys as the learner parsed them: "01" is action 1)
+        revealed = {int(key): value for key, value in (feedback.get(declared.revealed)
+                                                       or {}).items()}
+        value = revealed.get(action)
         if value is None:
             return
         reward = -float(value) if declared.revealed_are_losses else float(value)
-        self.logged.add(logged_weight, reward,
-                        logged_direct + logged_weight * (reward - modelled))
-        for name, (weight, direct, pending) in terms.items():
+        # (first: the round's terms are computed already, and a failure here leaves no sum
+        # half-updated)
+        self.model.update(recorded.inputs, action, reward)
+        modelled = recorded.modelled
+        self.logged.add(recorded.weight, reward,
+                        recorded.direct + recorded.weight * (reward - modelled))
+        for name, (weight, direct, pending) in recorded.terms.items():
             candidate = self.candidates.get(name)
-            if candidate is None or candidate.born > index:
+            if candidate is None or candidate.born > recorded.index:
                 continue  # removed, or replaced since this decision
             candidate.sums.add(weight, reward, direct + weight * (reward - modelled))
             if pending is not None:
-                try:
-                    learn_as_played(candidate.learner, declared, pending, action, feedback)
-                except CANDIDATE_FAILURES:
-                    # a half-applied update must not linger: back to its last written state
-                    config = candidate.config
-                    candidate.learner = (
-                        learner_class(self.family, config["algorithm"]).from_state(
-                            config["params"], candidate.checkpoint)
-                        if candidate.checkpoint is not None
-                        else make_learner(self.family, config["algorithm"], config["params"]))
+                try:  # a failure is rolled back to the state just before this learn
+                    call_logged(candidate, Exception, "learn",
+                                as_played(declared, pending, action), feedback)
+                except Exception as exc:
+                    log_failure(f"candidate {name!r} learning", exc)
                 else:
                     candidate.learned += 1
-        self.model.update(inputs, action, reward)
 
     def estimates(self) -> list[PolicyEstimates]:
         """The logged policy's estimates, then each candidate's."""
-        return [self.logged.estimates(LOGGED),
-                *(candidate.sums.estimates(name, candidate.learned)
-                  for name, candidate in self.candidates.items())]
+        estimates = [self.logged.estimates(LOGGED)]
+        for name, candidate in self.candidates.items():
+            found = candidate.sums.estimates(name, candidate.learned)
+            found.skipped, found.clipped = candidate.skipped, candidate.clipped
+            estimates.append(found)
+        return estimates
 
     # ---------------------------------------------------------------- state log
     def to_json(self) -> JSON:
-        return {"started": self.started, "logged": self.logged.to_json(),
+        data = {"format": 2, "started": self.started, "logged": self.logged.to_json(),
                 "model": None if self.model is None else self.model.to_json(),
                 "candidates": {name: c.to_json() for name, c in self.candidates.items()}}
+        if self.failures:
+            data["failures"] = self.failures
+        return data
 
     @classmethod
     def from_json(cls, family_name: str, data: JSON) -> LiveOPE:
+        """The state :meth:`to_json` wrote; a candidate that cannot be restored (its
+        algorithm gone, its state unreadable) is dropped with an error in the log, not the
+        partition's recovery."""
+        sums = Sums.from_json if data.get("format") == 2 else Sums.from_raw
         candidates = {}
         for name, item in data["candidates"].items():
-            config = item["config"]
-            learner = learner_class(family_name, config["algorithm"]).from_state(
-                config["params"], item["state"])
-            candidates[name] = Candidate(config, item["born"], learner,
-                                         Sums.from_json(item["sums"]), item["learned"],
-                                         item["state"])
+            try:
+                config = item["config"]
+                learner = learner_class(family_name, config["algorithm"]).from_state(
+                    config["params"], item["state"])
+                candidates[name] = Candidate(
+                    family_name, config, item["born"], learner, sums(item["sums"]),
+                    item["learned"], item.get("skipped", 0), item.get("clipped", 0),
+                    item["state"])
+            except Exception:
+                log.exception("live OPE: candidate %r cannot be restored; it is dropped "
+                              "(configure it again to evaluate it afresh)", name)
         model = None if data["model"] is None else RewardModel.from_json(data["model"])
-        return cls(family_name, data["started"], candidates, Sums.from_json(data["logged"]),
-                   model)
+        return cls(family_name, data["started"], candidates, sums(data["logged"]), model,
+                   data.get("failures", 0))

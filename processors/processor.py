@@ -31,13 +31,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import orjson
 
 from learners.base import ContradictingFeedback, Learned, Learner, LearnerError
-from learners.registry import family, learner_class, make_learner
+from learners.registry import family, make_learner
 from processors import stats
-from processors.ope import CandidateError, LiveOPE, PolicyEstimates
+from processors.ope import CandidateError, LiveOPE, PolicyEstimates, log_failure
 from processors.records import (
     DecisionRecord,
     Held,
@@ -50,6 +49,7 @@ from processors.records import (
     Settled,
     Source,
 )
+from processors.redo import LazyGenerator, call_logged, rollback
 from processors.sink import Sink
 from processors.store import PartitionStore, decision_key
 from schemas import (
@@ -69,9 +69,6 @@ log = logging.getLogger(__name__)
 ENVELOPE = {"schema_version", "learner_id", "event_id", "ts"}
 # ... and a context's instruction to the worker, not to the learner
 CONTEXT_ENVELOPE = ENVELOPE | {"after_updates"}
-# Learner calls between two checkpoints of a learner's state (bounds the redo log offline,
-# where no commit checkpoints it).
-REDO_LIMIT = 256
 # Exceptions from a learner that mean "this event is unusable", not "the worker is broken"
 # (a learner built from parameters it cannot work with is an invalid config).
 LEARNER_FAILURES = (LearnerError, ValueError, TypeError, IndexError, KeyError, ArithmeticError)
@@ -108,29 +105,6 @@ class Emitted:
     def extend(self, other: Emitted) -> None:
         self.decisions.extend(other.decisions)
         self.dead_letters.extend(other.dead_letters)
-
-
-def event_seed(seed: int, event_id: str) -> np.random.Generator:
-    """The random generator of one decision: a function of the learner seed and event id."""
-    digest = hashlib.blake2b(event_id.encode(), digest_size=8).digest()
-    return np.random.default_rng([seed, int.from_bytes(digest, "little")])
-
-
-class LazyGenerator:
-    """Stands in for :func:`event_seed`'s generator and builds it on first use: seeding costs
-    tens of microseconds, and deterministic learners (SPS) never draw."""
-
-    __slots__ = ("_event_id", "_generator", "_seed")
-
-    def __init__(self, seed: int, event_id: str) -> None:
-        self._seed = seed
-        self._event_id = event_id
-        self._generator: np.random.Generator | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        if self._generator is None:
-            self._generator = event_seed(self._seed, self._event_id)
-        return getattr(self._generator, name)
 
 
 def feedback_digest(fields: dict[str, Any]) -> str:
@@ -250,35 +224,11 @@ class Processor:
             eid,
         )
 
-    def _call(self, entry: LearnerEntry, method: str, *args: Any) -> Any:
+    @staticmethod
+    def _call(entry: LearnerEntry, method: str, *args: Any) -> Any:
         """``entry.learner.<method>(*args)``; if it raises, the learner is restored to its
         state before the call (rebuilt from its checkpoint and redo log)."""
-        learner = entry.learner
-        if len(entry.redo) >= REDO_LIMIT:  # (before the call: its undo needs it in the log)
-            entry.mark_checkpoint(learner.to_state())
-        try:
-            result = getattr(learner, method)(*args)
-        except LEARNER_FAILURES:
-            self._rollback(entry)
-            raise
-        entry.redo.append((method, *args))
-        return result
-
-    @staticmethod
-    def _rollback(entry: LearnerEntry) -> None:
-        config = entry.config
-        learner: Learner = learner_class(config.family, config.algorithm).from_state(
-            config.params, entry.checkpoint
-        )
-        for method, *args in entry.redo:
-            if method == "decide":  # a fresh generator: it may have been drawn from
-                fields, rng = args
-                args = [fields, LazyGenerator(rng._seed, rng._event_id)]
-            getattr(learner, method)(*args)
-        entry.learner = learner
-        # A new checkpoint here: a stream of rejected calls then costs each the calls since
-        # the last rejection, not the whole redo log again (up to REDO_LIMIT calls each).
-        entry.mark_checkpoint(learner.to_state())
+        return call_logged(entry, LEARNER_FAILURES, method, *args)
 
     # ------------------------------------------------------------------ config
     def on_config(self, key: str | None, raw: bytes | None, source: Source, now: float) -> Emitted:
@@ -323,9 +273,10 @@ class Processor:
             return out
         new_config = LearnerSettings.from_json(config.model_dump(mode="json"))
         declared = family(config.family)
+        built: dict[str, Learner] = {}
         if new_config.candidates:
             try:
-                LiveOPE.check(declared, new_config.candidates)
+                built = LiveOPE.check(declared, learner, config.params, new_config.candidates)
             except CandidateError as exc:
                 self._dead(out, "invalid_config", str(exc), raw, source, now, lid)
                 return out
@@ -334,7 +285,8 @@ class Processor:
             # Only timeouts or candidates changed: keep learning (and the estimates of the
             # candidates that stayed the same).
             if old.config.candidates != new_config.candidates:
-                old.ope = LiveOPE.configure(declared, new_config.candidates, old.ope,
+                old.ope = LiveOPE.configure(declared, old.learner, config.params,
+                                            new_config.candidates, built, old.ope,
                                             int(old.stats.get("decisions", 0)))
                 store.touch_learner(lid)
             old.config = new_config
@@ -343,7 +295,8 @@ class Processor:
             return out
         version = old.version + 1 if old is not None else 1
         # A new learner version is a new logged policy: its evaluation starts afresh.
-        ope = LiveOPE.configure(declared, new_config.candidates, None, 0)
+        ope = LiveOPE.configure(declared, learner, config.params, new_config.candidates, built,
+                                None, 0)
         store.put_learner(lid, LearnerEntry(new_config, version, {}, learner, ope=ope))
         self.sink.processed(source.topic, Outcome.CREATED if old is None else Outcome.RECONFIGURED)
         if old is None:
@@ -440,7 +393,7 @@ class Processor:
         size = len(decision.to_json())
         if size > self.limits.max_event_bytes:  # it could not be published: undo it
             entry.redo.pop()
-            self._rollback(entry)
+            rollback(entry)
             self._dead(
                 out, "oversize",
                 f"its decision would take {size} bytes, over the limit of "
@@ -450,8 +403,12 @@ class Processor:
             return out
         if entry.ope is not None and self.live_ope:
             # (the decision's index: stats.on_decided below counts it)
-            record.ope = entry.ope.decide(declared, fields, eid, decided.output,
-                                          int(entry.stats.get("decisions", 0)))
+            try:
+                record.ope = entry.ope.decide(declared, fields, eid, decided.output,
+                                              int(entry.stats.get("decisions", 0)))
+            except Exception as exc:  # the evaluation must never cost the live decision
+                entry.ope.failures += 1
+                log_failure("scoring a decision", exc)
         stats.on_decided(
             entry.stats, type(entry.learner), decided.output, config.params,
             entry.learner.summary(),
@@ -628,13 +585,17 @@ class Processor:
         except LEARNER_FAILURES as exc:
             return dead(failure_reason(exc), str(exc))
         stats.on_learned(entry.stats, learned.metrics, settled=learned.done)
-        if record.ope is not None:  # scored once, by the feedback that follows the decision
-            if entry.ope is not None and self.live_ope:
-                entry.ope.observe(declared, record.ope, fields)
-            record.ope = None
         store.touch_learner(lid)
         record.parts.append(part)
         record.digests[part] = digest
+        if record.ope is not None:  # scored once, by the feedback that follows the decision
+            scored, record.ope = record.ope, None
+            if entry.ope is not None and self.live_ope:
+                try:
+                    entry.ope.observe(declared, scored, fields)
+                except Exception as exc:  # the evaluation must never cost the live feedback
+                    entry.ope.failures += 1
+                    log_failure("scoring a feedback", exc)
         if learned.done:
             store.settle(key, record, Settled.FEEDBACK, now, self.retention_s)
         else:

@@ -29,7 +29,7 @@ import orjson
 
 from learners.base import JSON, Learner
 from learners.registry import learner_class
-from processors.ope import LiveOPE
+from processors.ope import LiveOPE, Round
 from schemas.events import SCHEMA_VERSION
 
 
@@ -81,9 +81,10 @@ class Source:
 class LearnerSettings:
     """A learner's config as the processors read it: the fields of :class:`schemas.LearnerConfig`.
 
-    Its JSON form is the config's ``model_dump(mode="json")``, keys in the same order (the
-    state log's ``c/<id>`` values are unchanged); fields missing from an older log take the
-    config's defaults.
+    Its JSON form is the config's ``model_dump(mode="json")``, keys in the same order, without
+    ``candidates`` when there are none (the state log's ``c/<id>`` values are those of logs
+    written before candidates existed); fields missing from an older log take the config's
+    defaults.
     """
 
     learner_id: str
@@ -105,7 +106,7 @@ class LearnerSettings:
         )
 
     def to_json(self) -> JSON:
-        return {
+        data = {
             "schema_version": self.schema_version,
             "learner_id": self.learner_id,
             "ts": self.ts,
@@ -115,8 +116,10 @@ class LearnerSettings:
             "seed": self.seed,
             "feedback_timeout_s": self.feedback_timeout_s,
             "early_feedback_grace_s": self.early_feedback_grace_s,
-            "candidates": self.candidates,
         }
+        if self.candidates:  # (without: the same c/<id> value as before candidates existed)
+            data["candidates"] = self.candidates
+        return data
 
     @classmethod
     def from_json(cls, data: JSON) -> LearnerSettings:
@@ -150,6 +153,10 @@ class LearnerEntry:
     def mark_checkpoint(self, state: JSON) -> None:
         self.checkpoint = state
         self.redo.clear()
+
+    def rebuild(self, state: JSON) -> Learner:
+        config = self.config
+        return learner_class(config.family, config.algorithm).from_state(config.params, state)
 
     def config_json(self) -> JSON:
         """The config part (key ``c/<id>`` in the state log; written when it changes)."""
@@ -203,7 +210,7 @@ class DecisionRecord:
     digests: dict[str, str] = field(default_factory=dict)
     updates: int = 0  # the learner's updates when it decided (records of older logs: 0)
     # what live OPE needs when the feedback comes (processors.ope.LiveOPE.decide), until then
-    ope: list[Any] | None = None
+    ope: Round | None = None
 
     @property
     def open(self) -> bool:
@@ -231,12 +238,14 @@ class DecisionRecord:
         ]
         # Only a learner with candidates has this: the others' records stay as they were.
         if self.ope is not None:
-            fields.append(self.ope)
+            fields.append(self.ope.to_json())
         return fields
 
     @classmethod
     def from_json(cls, data: list[Any]) -> DecisionRecord:
         record = cls(*data)
+        if record.ope is not None:
+            record.ope = Round.from_json(record.ope)  # type: ignore[arg-type]
         if record.settled_by is not None:
             record.settled_by = SETTLED[record.settled_by]  # (Settled(x) is 10x slower)
         return record

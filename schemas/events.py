@@ -55,6 +55,14 @@ class CandidateConfig(BaseModel):
     algorithm: Annotated[str, Field(min_length=1, max_length=64)]
     params: dict[str, Any] = Field(default_factory=dict)
     seed: int = Field(0, ge=0, lt=2**63)
+    # processors.ope.MIN_PROPENSITY: every clipped logged propensity is at least this
+    explore_eval_bound: float = Field(
+        1e-3, gt=0, le=1,
+        description="explore_eval: the candidate learns from a logged round with probability "
+        "pi(a) * bound / mu(a); rounds whose logged propensity mu is below the bound are "
+        "accepted with probability capped at 1 (counted: banditflow_ope_clipped_rounds). "
+        "The default, the propensity clipping floor, is never below mu; a larger bound "
+        "learns from more rounds")
 
     _encodable_params = field_validator("params")(_storable)
 

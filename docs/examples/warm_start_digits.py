@@ -19,7 +19,7 @@ from learners.registry import make_learner
 from offline.archive import joined_rounds
 from offline.formats import EventNumbers, imported_round
 from offline.warm_start import warm_config
-from processors.processor import event_seed
+from processors.redo import event_seed
 from schemas import LearnerConfig
 
 PARAMS = {"actions": 10, "feature_dim": 64, "graph_kind": "bandit", "update": "rls"}

@@ -37,7 +37,6 @@ from offline.ope.policies import TargetPolicy
 from offline.ope.reward_model import ActionFeatures, cross_fitted_predictions
 from processors.ope import MIN_PROPENSITY, Estimate, PolicyEstimates, Sums
 
-DEFAULT_MIN_PROPENSITY = MIN_PROPENSITY
 ESTIMATORS = ("ips", "snips", "dr")
 
 
@@ -146,7 +145,7 @@ def _scorable(round_: LoggedRound) -> bool:
 
 
 def evaluate(rounds: Sequence[LoggedRound], policies: Sequence[TargetPolicy | LearningPolicy],
-             min_propensity: float = DEFAULT_MIN_PROPENSITY, folds: int = 5,
+             min_propensity: float = MIN_PROPENSITY, folds: int = 5,
              seed: int = 0) -> OPEReport:
     """IPS, SNIPS and DR estimates of every policy on ``rounds`` (see the module docstring;
     a learning policy learns as it goes through them, :mod:`offline.ope.learning_policy`);

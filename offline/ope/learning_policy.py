@@ -40,8 +40,8 @@ import numpy as np
 
 from learners.registry import families, family, make_learner
 from offline.archive import LoggedRound
-from processors.ope import explore_eval_accepts, learn_as_played
-from processors.processor import event_seed
+from processors.ope import as_played, explore_eval_acceptance
+from processors.redo import event_seed
 from schemas import LearnerConfig
 
 
@@ -96,12 +96,12 @@ class LearningPolicy:
                     f"{round_.event_id} offers {round_.actions}")
             target = np.asarray(p, dtype=float)
             distributions.append(target)
-            if explore_eval_accepts(float(target[round_.action]), bound, propensity,
-                                    accept.random()):
+            if accept.random() < explore_eval_acceptance(float(target[round_.action]), bound,
+                                                         propensity):
                 # The family's front door names where its feedback holds the action's loss
                 # or reward.
                 value = -float(round_.reward) if declared.revealed_are_losses else round_.reward
-                learn_as_played(learner, declared, decided.pending, round_.action,
-                                {declared.revealed: {str(round_.action): value}})
+                learner.learn(as_played(declared, decided.pending, round_.action),
+                              {declared.revealed: {str(round_.action): value}})
                 self.learned_from += 1
         return distributions

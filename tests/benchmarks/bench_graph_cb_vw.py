@@ -63,7 +63,7 @@ from learners.graph_cb.graphs import named_graph
 from offline.evaluation.graph_cb import GraphCBTask, read_log, reveal
 from offline.evaluation.replay import replay
 from offline.logs.graph_cb import LOGS
-from processors.processor import event_seed
+from processors.redo import event_seed
 
 
 @dataclass(frozen=True)

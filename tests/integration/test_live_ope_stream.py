@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 from kafka import KafkaProducer
 
-from offline.ope.estimators import ips, snips
-from processors.ope import MIN_PROPENSITY
+from processors.ope import MIN_PROPENSITY, Sums
 from streams.scrape import value
 
 pytestmark = pytest.mark.integration
@@ -42,7 +41,7 @@ def test_live_ope_gauges_on_a_real_worker(
         "candidates": {
             "uniform": {"algorithm": "epsilon_greedy", "params": {**PARAMS, "epsilon": 1.0}},
             "greedy": {"algorithm": "epsilon_greedy", "params": {**PARAMS, "epsilon": 0.05},
-                       "seed": 5},
+                       "seed": 5, "explore_eval_bound": 0.1},
         },
     })
     rng = np.random.default_rng(3)
@@ -80,7 +79,8 @@ def test_live_ope_gauges_on_a_real_worker(
     assert gauge(text, "banditflow_ope_estimate", policy="logged", estimator="ips",
                  bound="value") == pytest.approx(np.mean(rewards))
     w, r = np.array(weights), np.array(rewards)
-    for estimator, expected in (("ips", ips(w, r)), ("snips", snips(w, r))):
+    batch = Sums.of(w, r)
+    for estimator, expected in (("ips", batch.ips()), ("snips", batch.snips())):
         for bound in ("value", "ci_low", "ci_high"):
             assert gauge(text, "banditflow_ope_estimate", policy="uniform", estimator=estimator,
                          bound=bound) == pytest.approx(getattr(expected, bound), rel=1e-9)

@@ -20,7 +20,7 @@ import pytest
 from learners.base import Learner
 from learners.registry import FAMILIES, algorithms, make_learner
 from processors import Processor, Source
-from processors.processor import LazyGenerator
+from processors.redo import LazyGenerator
 
 JSON = dict[str, Any]
 LABELS = ["a", "b", "c", "d", "e"]

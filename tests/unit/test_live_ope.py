@@ -13,12 +13,19 @@ import orjson
 import pytest
 
 from offline.archive import LoggedRound
-from offline.ope.estimators import doubly_robust, effective_sample_size, ips, snips
 from offline.ope.evaluation import evaluate
 from offline.ope.policies import parse_policy
 from processors import Processor, Source, StreamTimes
-from processors.ope import MIN_PROPENSITY, Z_95, Estimate, PolicyEstimates, Sums
-from processors.records import Settled
+from processors.ope import (
+    MIN_INTERVAL_SIZE,
+    MIN_PROPENSITY,
+    Z_95,
+    Estimate,
+    PolicyEstimates,
+    RewardModel,
+    Sums,
+)
+from processors.records import LearnerEntry, Settled
 from processors.store import PartitionStore
 
 LID = "ads"
@@ -29,7 +36,10 @@ BASE_LOSS = np.array([0.25, 0.5, 0.8])
 SLOPES = np.array([[0.1, -0.1], [0.0, 0.2], [-0.1, 0.0]])
 PARAMS = {"actions": ACTIONS, "feature_dim": 2, "graph_kind": "bandit"}
 UNIFORM = {"algorithm": "epsilon_greedy", "params": {**PARAMS, "epsilon": 1.0}, "seed": 3}
-GREEDY = {"algorithm": "epsilon_greedy", "params": {**PARAMS, "epsilon": 0.1}, "seed": 4}
+# The logged learner (epsilon 0.3, 3 actions) gives every action at least 0.1: the largest
+# explore_eval bound that is never clipped.
+GREEDY = {"algorithm": "epsilon_greedy", "params": {**PARAMS, "epsilon": 0.1}, "seed": 4,
+          "explore_eval_bound": 0.1}
 CONFIGS, CONTEXTS, FEEDBACK = Source("learners"), Source("contexts"), Source("feedback")
 
 
@@ -114,17 +124,19 @@ def test_running_sums_equal_the_batch_estimators(seed: int) -> None:
     weights = rng.choice([0.0, 0.5, 2.0, 40.0], size=n) * rng.uniform(0.5, 1.5, size=n)
     rewards = rng.uniform(-1.0, 1.0, size=n)
     direct, modelled = rng.uniform(-1, 1, size=n), rng.uniform(-1, 1, size=n)
+    terms = direct + weights * (rewards - modelled)
     live = Sums()
-    for w, r, d, m in zip(weights, rewards, direct, modelled, strict=True):
-        live.add(float(w), float(r), float(d + w * (r - m)))
+    for w, r, t in zip(weights, rewards, terms, strict=True):
+        live.add(float(w), float(r), float(t))
+    batch = Sums.of(weights, rewards, terms)
     # live == the offline estimators on the same rounds, to float precision ...
-    assert close(live.ips(), ips(weights, rewards))
-    assert close(live.snips(), snips(weights, rewards))
-    assert close(live.dr(), doubly_robust(weights, rewards, direct, modelled))
-    assert math.isclose(live.ess(), effective_sample_size(weights), rel_tol=1e-12)
+    assert close(live.ips(), batch.ips())
+    assert close(live.snips(), batch.snips())
+    assert close(live.dr(), batch.dr())
+    assert math.isclose(live.ess(), batch.ess(), rel_tol=1e-12)
     # ... and both == the textbook formulas (SNIPS: the delta method's linearised terms)
     assert close(live.ips(), reference(weights * rewards))
-    assert close(live.dr(), reference(direct + weights * (rewards - modelled)))
+    assert close(live.dr(), reference(terms))
     value = float(np.sum(weights * rewards) / np.sum(weights))
     linearised = reference(weights * (rewards - value) / np.mean(weights))
     half = linearised.ci_high - linearised.value
@@ -133,12 +145,40 @@ def test_running_sums_equal_the_batch_estimators(seed: int) -> None:
     assert Sums.from_json(orjson.loads(orjson.dumps(live.to_json()))) == live
 
 
-def test_empty_and_single_round_sums_are_undefined_or_unbounded() -> None:
+def test_variances_survive_a_large_offset() -> None:
+    """Terms of 10^8 + noise of 10^-2: sums of squares would cancel to garbage (or to a zero
+    width), running centred moments keep the textbook interval."""
+    rng = np.random.default_rng(0)
+    rewards = 1e8 + rng.normal(0.0, 0.01, size=1000)
+    weights = np.ones_like(rewards)
+    live = Sums()
+    for r in rewards:
+        live.add(1.0, float(r), float(r))
+    assert close(live.ips(), reference(rewards))
+    assert close(live.dr(), reference(rewards))
+    assert close(Sums.of(weights, rewards, rewards).ips(), reference(rewards))
+    value = live.snips()
+    assert value.ci_high - value.ci_low == pytest.approx(
+        reference(rewards).ci_high - reference(rewards).ci_low, rel=1e-6)
+
+
+def test_small_samples_have_no_interval() -> None:
     sums = Sums()
     assert math.isnan(sums.ips().value) and math.isnan(sums.snips().value) and sums.ess() == 0
+    for _ in range(MIN_INTERVAL_SIZE - 1):
+        sums.add(2.0, 0.5, 1.0)
+    assert sums.ips().value == 1.0 and math.isnan(sums.ips().ci_low)
+    assert sums.snips().value == 0.5 and math.isnan(sums.snips().ci_high)
     sums.add(2.0, 0.5, 1.0)
-    assert sums.ips().value == 1.0 and sums.ips().ci_low == -math.inf
-    assert sums.snips().value == 0.5 and sums.snips().ci_high == math.inf
+    assert sums.ips().ci_low == sums.ips().ci_high == 1.0  # n = ESS = 10: an interval
+    # one nonzero weight among many rounds: ESS 1, so SNIPS (a single ratio) has no interval
+    lone = Sums.of(np.array([5.0] + [0.0] * 99), np.ones(100), np.zeros(100))
+    assert lone.ess() == pytest.approx(1.0) and lone.snips().value == pytest.approx(1.0)
+    assert math.isnan(lone.snips().ci_low) and math.isnan(lone.ips().ci_low)
+    # a batch given without DR terms has no DR estimate (not 0)
+    assert math.isnan(Sums.of(np.ones(20), np.ones(20)).dr().value)
+    assert math.isnan(Sums.of(np.zeros(3), np.ones(3)).snips().value)
+    assert Sums.of(np.zeros(3), np.ones(3)).ess() == 0.0
 
 
 # ------------------------------------------------------------------ the processor
@@ -318,3 +358,156 @@ def test_live_estimates_of_a_fixed_policy_cover_its_known_value() -> None:
     # the reward model makes DR no wider than IPS here
     assert (np.mean([e.ci_high - e.ci_low for e in found["dr"]])
             < np.mean([e.ci_high - e.ci_low for e in found["ips"]]))
+
+
+# ------------------------------------------------------------------ failures and limits
+def test_an_oversized_learner_with_candidates_is_refused() -> None:
+    """The learner, its candidates and the reward model share one state budget
+    (MAX_STATE_NUMBERS): each of these rls learners fits alone, two do not."""
+    big = {"actions": 2, "feature_dim": 1600, "graph_kind": "bandit", "update": "rls"}
+    processor = Processor()
+    out = processor.on_config(LID, config(
+        {"twin": {"algorithm": "squarecb_g", "params": big}},
+        algorithm="squarecb_g", params=big), CONFIGS, 0.0)
+    assert [d.reason for d in out.dead_letters] == ["invalid_config"]
+    assert "with its candidates and reward model" in out.dead_letters[0].detail
+    assert "over the limit of 10,000,000" in out.dead_letters[0].detail
+    assert not processor.on_config(LID, config(algorithm="squarecb_g", params=big),
+                                   CONFIGS, 0.0).dead_letters
+
+
+@pytest.mark.parametrize(("candidate", "detail"), [
+    ({"algorithm": "epsilon_greedy", "params": {**PARAMS, "feature_dim": 3}},
+     "must be the learner's"),
+    ({"algorithm": "epsilon_greedy", "params": {**PARAMS, "actions": 4}},
+     "must be the learner's"),
+    ({"algorithm": "epsilon_greedy", "params": {**PARAMS, "graph_kind": "full"}},
+     "must be the learner's"),
+])
+def test_an_incompatible_candidate_is_refused(candidate: dict[str, Any], detail: str) -> None:
+    out = Processor().on_config(LID, config({"x": candidate}), CONFIGS, 0.0)
+    assert [d.reason for d in out.dead_letters] == ["invalid_config"]
+    assert detail in out.dead_letters[0].detail
+
+
+@pytest.mark.parametrize(("params", "detail"), [
+    ({"actions": 3, "feature_dim": 2, "graph_kind": "cops_and_robbers"}, "diagonal entry"),
+    ({"actions": 2, "feature_dim": 2, "graph_kind": "apple_tasting"}, "diagonal entry"),
+    ({"actions": 3, "feature_dim": 2}, "from each context"),
+])
+def test_a_graph_that_hides_the_played_action_is_refused(params: dict[str, Any],
+                                                         detail: str) -> None:
+    candidate = {"algorithm": "epsilon_greedy", "params": {**params, "epsilon": 1.0}}
+    out = Processor().on_config(LID, config({"x": candidate}, params={**params, "epsilon": 0.3}),
+                                CONFIGS, 0.0)
+    assert [d.reason for d in out.dead_letters] == ["invalid_config"]
+    assert detail in out.dead_letters[0].detail
+
+
+class BrokenModel(RewardModel):
+    """A reward model failing as no bad input would (a bug, memory): fault injection."""
+
+    def __init__(self, model: RewardModel, fail_in: str) -> None:
+        super().__init__(model.actions, model.dim)
+        self.fail_in = fail_in
+
+    def predict(self, inputs: list[float]) -> np.ndarray:
+        if self.fail_in == "predict":
+            raise MemoryError("predict")
+        return super().predict(inputs)
+
+    def update(self, inputs: list[float], action: int, reward: float) -> None:
+        if self.fail_in == "update":
+            raise AssertionError("update")
+        super().update(inputs, action, reward)
+
+
+def exploding(learner: Any, method: str) -> None:
+    """Make ``learner``'s ``method`` raise a RuntimeError (a torch-style failure)."""
+    def fail(self: Any, *args: Any) -> Any:
+        raise RuntimeError(method)
+
+    learner.__class__ = type("Exploding", (type(learner),), {method: fail})
+
+
+def test_a_failing_evaluation_never_costs_the_live_decision_or_feedback() -> None:
+    processor = started({"uniform": UNIFORM, "greedy": GREEDY})
+    stream = Stream(processor, 5).run(20)
+    entry = processor.store.learners[LID]
+    ope = entry.ope
+    assert ope is not None and ope.model is not None
+    model = ope.model
+    # the whole round's scoring fails when deciding: the decision is made, stored, published
+    ope.model = BrokenModel(model, "predict")
+    stream.run(1, start=20)
+    record = processor.store.decision(f"{LID}/e20")
+    assert record is not None and record.ope is None and record.settled_by is Settled.FEEDBACK
+    assert entry.stats["decisions"] == 21 and entry.stats["feedback"] == 21
+    assert ope.failures == 1
+    # ... when its feedback comes: the feedback is applied and recorded
+    ope.model = BrokenModel(model, "update")
+    stream.run(1, start=21)
+    record = processor.store.decision(f"{LID}/e21")
+    assert record is not None and record.settled_by is Settled.FEEDBACK and record.ope is None
+    assert entry.stats["feedback"] == 22 and ope.failures == 2
+    ope.model = model
+    # one candidate failing to decide is skipped (counted); the others are scored
+    exploding(ope.candidates["uniform"].learner, "decide")
+    stream.run(1, start=22)
+    found = estimates(processor)
+    assert found["uniform"].skipped == 1 and found["uniform"].rounds == 20
+    assert found["greedy"].rounds == 21 and entry.stats["feedback"] == 23
+    assert type(ope.candidates["uniform"].learner).__name__ != "Exploding"  # rolled back
+
+
+def test_a_failed_candidate_learn_is_undone_to_just_before_it() -> None:
+    """Not to the state last written to the state log (which would lose the rounds it
+    learned since, and differ after a restart)."""
+    processor = started({"greedy": GREEDY})
+    stream = Stream(processor, 6).run(30)
+    entry = processor.store.learners[LID]
+    assert entry.ope is not None
+    greedy = entry.ope.candidates["greedy"]
+    assert greedy.learned > 0 and greedy.redo  # learned since its checkpoint
+    for i in range(30, 400):  # a decision the candidate will learn from
+        x = [0.1, 0.2]
+        out = processor.on_context(encode({"learner_id": LID, "event_id": f"e{i}",
+                                           "features": x}), CONTEXTS, stream.time)
+        record = processor.store.decision(f"{LID}/e{i}")
+        assert record is not None and record.ope is not None
+        if record.ope.terms["greedy"].pending is not None:
+            break
+    before, learned = greedy.learner.to_state(), greedy.learned
+    exploding(greedy.learner, "learn")
+    action = out.decisions[0].output["action"]
+    processor.on_feedback(encode({"learner_id": LID, "event_id": f"e{i}",
+                                  "losses": {str(action): 0.5}}), FEEDBACK, stream.time)
+    assert greedy.learner.to_state() == before and greedy.learned == learned
+    assert estimates(processor)["greedy"].rounds == 31  # scored all the same
+
+
+def test_feedback_keys_are_read_as_the_learner_reads_them() -> None:
+    processor = started({"uniform": UNIFORM})
+    out = processor.on_context(encode({"learner_id": LID, "event_id": "z", "features": [0, 0]}),
+                               CONTEXTS, 1.0)
+    action = out.decisions[0].output["action"]
+    processor.on_feedback(encode({"learner_id": LID, "event_id": "z",
+                                  "losses": {f"0{action}": 0.5}}), FEEDBACK, 1.0)
+    assert processor.store.learners[LID].stats["feedback"] == 1
+    assert estimates(processor)["uniform"].rounds == 1
+
+
+def test_an_unrestorable_candidate_is_dropped_not_the_partition() -> None:
+    processor = started({"uniform": UNIFORM, "greedy": GREEDY})
+    Stream(processor, 8).run(10)
+    entry = processor.store.learners[LID]
+    data = entry.to_json()
+    data["ope"]["candidates"]["greedy"]["state"] = {"garbage": True}
+    restored = LearnerEntry.from_json(entry.config_json(), orjson.loads(orjson.dumps(data)))
+    assert restored.ope is not None and list(restored.ope.candidates) == ["uniform"]
+    assert restored.ope.candidates["uniform"].sums.n == 10
+
+
+def test_a_learner_without_candidates_writes_its_config_as_before() -> None:
+    processor = started(None)
+    assert "candidates" not in processor.store.learners[LID].config_json()["config"]

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from offline.archive import LoggedRound
-from offline.ope.estimators import effective_sample_size, snips
 from offline.ope.evaluation import OPEReport, evaluate
 from offline.ope.policies import PolicyError, parse_policy
 
@@ -129,11 +128,6 @@ def test_unscorable_rounds_are_counted_and_tiny_propensities_clipped() -> None:
     # The tiny propensity's weight is 1 / 10^-3 instead of 1 / 10^-5.
     difference = 46 * (unclipped.policies[0].ips.value - report.policies[0].ips.value)
     assert difference == pytest.approx(1e5 - 1e3)
-
-
-def test_snips_is_undefined_when_the_target_never_agrees() -> None:
-    assert math.isnan(snips(np.zeros(3), np.ones(3)).value)
-    assert effective_sample_size(np.zeros(3)) == 0.0
 
 
 @pytest.mark.parametrize("spec", ["constant", "constant:-1", "greedy", "constant:x"])
