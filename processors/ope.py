@@ -25,16 +25,22 @@ the bounds are left undefined (NaN) and only the value is reported.
 **Live OPE** (:class:`LiveOPE`, a learner config's ``candidates``). When the live learner
 decides, each candidate (a learner of the same family) gives its distribution on the same
 context, with the generator the worker would use for that event id under the candidate's
-seed; the decision record keeps what the estimators need (each candidate's weight and
-direct term, the model's value of the logged action) and, for the rounds a candidate will
-learn from, its pending state. When the feedback reveals the logged action's reward, every
-candidate's sums take the round, and the candidates learn explore_eval-style
-(:func:`explore_eval_acceptance`, as :mod:`offline.ope.learning_policy` does offline). The
-reward model is a per-action ridge regression on the context's feature vector, updated only
-when a round's feedback arrives, so each round's direct and modelled terms come from
-earlier rounds (progressive validation: the streaming form of cross-fitting). The logged
-policy itself is scored the same way (``policy="logged"``, weight p(a) / mu = 1 unless
-clipped) as the on-policy reference.
+seed; the decision record keeps what the estimators need (:class:`Round`) and, for the
+rounds a candidate will learn from, its pending state. The scoring is graph-aware: playing
+a reveals the loss of every action j with G[a][j] > 0 (bandit feedback: a alone), and j is
+revealed with probability P(j) = sum_b mu(b) G[b][j] under the logging policy, so a round
+gives each policy the weight w = sum over revealed j of pi(j|x) / P(j), the weighted reward
+y = sum pi(j|x) r_j / P(j) and the DR term direct + sum pi(j|x) (r_j - q(x, j)) / P(j),
+unbiased for the policy's value whatever the graph (with bandit feedback these are the
+offline w, w r and DR term above; a round that reveals nothing counts with y = 0). When the
+feedback comes, every policy's sums take the round, and the candidates learn
+explore_eval-style (:func:`explore_eval_acceptance`, as :mod:`offline.ope.learning_policy`
+does offline, with a fixed bound per candidate, ``explore_eval_bound``). The reward model is
+a per-action ridge regression on the context's feature vector, updated only when a round's
+feedback arrives, so each round's direct and modelled terms come from earlier rounds
+(progressive validation: the streaming form of cross-fitting). The logged policy itself is
+scored the same way (``policy="logged"``, weight 1 with bandit feedback unless clipped) as
+the on-policy reference.
 
 >>> import numpy as np
 >>> sums = Sums.of(np.array([2.0, 0.0, 2.0, 0.0]), np.array([1.0, 0.0, 0.5, 1.0]))
@@ -42,7 +48,7 @@ clipped) as the on-policy reference.
 (0.75, 0.75, 2.0)
 >>> live = Sums()
 >>> for w, r in ((2.0, 1.0), (0.0, 0.0), (2.0, 0.5), (0.0, 1.0)):
-...     live.add(w, r, w * r)
+...     live.add(w, w * r, w * r)
 >>> live.ips() == sums.ips() and live.snips() == sums.snips()
 True
 """
@@ -143,9 +149,10 @@ class Sums:
         return cls(n, float(np.mean(weights)), float(np.mean(y)), mean_t,
                    float(dw @ dw), float(dy @ dy), float(dw @ dy), m2_t)
 
-    def add(self, weight: float, reward: float, term: float) -> None:
-        """One more round: its weight, reward and DR term (Welford's update)."""
-        y = weight * reward
+    def add(self, weight: float, weighted: float, term: float) -> None:
+        """One more round: its weight w, weighted reward y (w r with bandit feedback) and DR
+        term t (Welford's update)."""
+        y = weighted
         self.n += 1
         n = self.n
         dw = weight - self.mean_w
@@ -395,12 +402,14 @@ class Candidate:
 
 
 class Scored(NamedTuple):
-    """A candidate's part of a decision: its weight pi(a|x) / mu, its DR direct term
-    sum_a pi(a|x) q(x, a), and its pending state if it learns from the round (None if not)."""
+    """A policy's part of a decision: for each action the round reveals, its coefficient
+    pi(j|x) / P(j) (P(j) the logged chance that j is revealed, clipped), its DR direct term
+    sum_a pi(a|x) q(x, a), and a candidate's pending state if it learns from the round (None
+    if not)."""
 
-    weight: float
+    coefficients: list[float]
     direct: float
-    pending: JSON | None
+    pending: JSON | None = None
 
 
 class Round(NamedTuple):
@@ -409,20 +418,32 @@ class Round(NamedTuple):
     index: int  # the learner's decision number (counted from 0)
     inputs: list[float]  # the reward model's input
     action: int
-    weight: float  # the logged policy's weight p(a) / mu
-    direct: float  # ... and its direct term
-    modelled: float  # q(x, a) of the logged action
-    terms: dict[str, Scored]
+    revealed: list[int]  # the actions whose loss the played one reveals (its graph row)
+    modelled: list[float]  # q(x, j) of each
+    logged: Scored  # the logged policy's part
+    terms: dict[str, Scored]  # each candidate's
 
     def to_json(self) -> list[Any]:
-        return [self.index, self.inputs, self.action, self.weight, self.direct, self.modelled,
-                {name: list(scored) for name, scored in self.terms.items()}]
+        return [self.index, self.inputs, self.action, self.revealed, self.modelled,
+                list(self.logged), {name: list(scored) for name, scored in self.terms.items()}]
 
     @classmethod
     def from_json(cls, data: list[Any]) -> Round:
+        if len(data) == 7 and isinstance(data[3], list):
+            index, inputs, action, revealed, modelled, logged, terms = data
+            return cls(index, inputs, action, revealed, modelled, Scored(*logged),
+                       {name: Scored(*scored) for name, scored in terms.items()})
+        # a decision of the first live OPE logs (bandit only: the played action's weight)
         index, inputs, action, weight, direct, modelled, terms = data
-        return cls(index, inputs, action, weight, direct, modelled,
-                   {name: Scored(*scored) for name, scored in terms.items()})
+        return cls(index, inputs, action, [action], [modelled], Scored([weight], direct),
+                   {name: Scored([w], d, pending) for name, (w, d, pending) in terms.items()})
+
+
+def reveal_chances(p: np.ndarray, graph: np.ndarray) -> np.ndarray:
+    """P(j) = sum_b p(b) G[b][j]: the chance that the logging policy's draw reveals action
+    j's loss, clipped below at :data:`MIN_PROPENSITY` (graph-aware importance weighting: with
+    bandit feedback, P(j) = p(j))."""
+    return np.maximum(p @ graph, MIN_PROPENSITY)
 
 
 def state_numbers(value: Any, seen: set[int] | None = None) -> int:
@@ -455,6 +476,15 @@ def _interface(learner: Learner, params: Mapping[str, Any]) -> tuple[Any, ...]:
     graph = getattr(learner, "graph", None)
     return (getattr(learner, "actions", None), params.get("feature_dim"),
             params.get("feature_layout"), None if graph is None else np.asarray(graph).tolist())
+
+
+def _graph(fields: Mapping[str, Any], learner: Learner, actions: int) -> np.ndarray:
+    """The feedback graph of a decision: the context's, else the learner's, else bandit
+    feedback (each action reveals its own loss)."""
+    graph = fields.get("graph")
+    if graph is None:
+        graph = getattr(learner, "graph", None)
+    return np.eye(actions) if graph is None else np.asarray(graph, dtype=float)
 
 
 # Unexpected failures of live OPE are logged at most this often (seconds): it runs on every
@@ -494,8 +524,8 @@ class LiveOPE:
               candidates: Mapping[str, JSON]) -> dict[str, Learner]:
         """The candidates' learners, built; raises :class:`CandidateError` unless
         ``candidates`` can be evaluated beside ``learner`` (built from ``params``): the family
-        carries distributions, the learner's feedback graph always reveals the played action,
-        each candidate is a valid learner with the same actions, features and graph, and the
+        carries distributions, each candidate is a valid learner with the same actions,
+        features and graph, and the
         learner, candidates and reward model together fit in the state log's budget
         (:data:`learners.base.MAX_STATE_NUMBERS`)."""
         if not declared.action_distribution:
@@ -504,18 +534,6 @@ class LiveOPE:
                 "which live off-policy evaluation needs to weigh the logged rounds")
         if LOGGED in candidates:
             raise CandidateError(f"candidates: {LOGGED!r} names the logged policy itself")
-        graph = getattr(learner, "graph", None)
-        if graph is None:
-            raise CandidateError(
-                "candidates: the learner takes its feedback graph from each context, so a "
-                "round may not reveal the played action's loss, and live off-policy evaluation "
-                "(which scores a round by that loss) would be biased: set 'graph' or "
-                "'graph_kind'")
-        if np.any(np.diag(np.asarray(graph)) < 1):
-            raise CandidateError(
-                "candidates: the learner's feedback graph does not reveal every action's own "
-                "loss when it is played (a diagonal entry below 1), so the rounds live "
-                "off-policy evaluation could score would be a biased sample")
         interface = _interface(learner, params)
         actions = interface[0]
         built = {}
@@ -563,16 +581,20 @@ class LiveOPE:
                    previous.failures)
 
     # ---------------------------------------------------------------- per record
-    def decide(self, declared: Family, fields: Mapping[str, Any], event_id: str,
-               output: Mapping[str, Any], index: int) -> Round | None:
-        """The live learner decided ``output`` on ``fields``, its decision number ``index``
+    def decide(self, declared: Family, learner: Learner, fields: Mapping[str, Any],
+               event_id: str, output: Mapping[str, Any], index: int) -> Round | None:
+        """``learner`` decided ``output`` on ``fields``, its decision number ``index``
         (counted from 0): what the estimators and the candidates' learning will need when its
         feedback comes (None: the round cannot be scored)."""
         assert declared.played_action is not None
-        action, p = output[declared.played_action], output["p"]
+        action = int(output[declared.played_action])
+        p = np.asarray(output["p"], dtype=float)
         model = self.model
         if model is None or model.actions != len(p):
             return None
+        graph = _graph(fields, learner, len(p))
+        chances = reveal_chances(p, graph)
+        revealed = [int(j) for j in np.flatnonzero(graph[action] > 0)]
         inputs = model.inputs(fields.get("features"))
         q = model.predict(inputs)
         mu = max(float(p[action]), MIN_PROPENSITY)
@@ -594,41 +616,48 @@ class LiveOPE:
             if acceptance > 1.0:
                 candidate.clipped += 1
             learns = _unit_draw(seed, name, event_id) < acceptance
-            terms[name] = Scored(float(target[action]) / mu, float(target @ q),
-                                 decided.pending if learns else None)
-        return Round(index, inputs, action, p[action] / mu, float(np.dot(p, q)),
-                     float(q[action]), terms)
+            terms[name] = Scored([float(target[j] / chances[j]) for j in revealed],
+                                 float(target @ q), decided.pending if learns else None)
+        logged = Scored([float(p[j] / chances[j]) for j in revealed], float(p @ q))
+        return Round(index, inputs, action, revealed, [float(q[j]) for j in revealed], logged,
+                     terms)
 
     def observe(self, declared: Family, recorded: Round, feedback: Mapping[str, Any]) -> None:
-        """A decision's feedback (applied to the live learner): the round is scored if it
-        reveals the logged action's reward (always, with the graphs :meth:`check` admits,
-        unless the feedback omits it), and the candidates that accepted it learn."""
+        """A decision's feedback (applied to the live learner): each policy's sums take the
+        round, graph-aware (module docstring), and the candidates that accepted it learn. A
+        round whose feedback omits a loss its graph reveals is not scored."""
         assert declared.revealed is not None
         if recorded.index < self.started or self.model is None:
             return  # decided under an evaluation since dropped (every candidate removed)
-        action = recorded.action
         # (keys as the learner parsed them: "01" is action 1)
-        revealed = {int(key): value for key, value in (feedback.get(declared.revealed)
-                                                       or {}).items()}
-        value = revealed.get(action)
-        if value is None:
+        values = {int(key): value for key, value in (feedback.get(declared.revealed)
+                                                     or {}).items()}
+        if any(j not in values for j in recorded.revealed):
             return
-        reward = -float(value) if declared.revealed_are_losses else float(value)
+        sign = -1.0 if declared.revealed_are_losses else 1.0
+        rewards = [sign * float(values[j]) for j in recorded.revealed]
         # (first: the round's terms are computed already, and a failure here leaves no sum
         # half-updated)
-        self.model.update(recorded.inputs, action, reward)
-        modelled = recorded.modelled
-        self.logged.add(recorded.weight, reward,
-                        recorded.direct + recorded.weight * (reward - modelled))
-        for name, (weight, direct, pending) in recorded.terms.items():
+        for j, reward in zip(recorded.revealed, rewards, strict=True):
+            self.model.update(recorded.inputs, j, reward)
+        residuals = [r - q for r, q in zip(rewards, recorded.modelled, strict=True)]
+
+        def add(sums: Sums, scored: Scored) -> None:
+            c = scored.coefficients
+            sums.add(sum(c), float(np.dot(c, rewards)) if c else 0.0,
+                     scored.direct + (float(np.dot(c, residuals)) if c else 0.0))
+
+        add(self.logged, recorded.logged)
+        action = recorded.action
+        for name, scored in recorded.terms.items():
             candidate = self.candidates.get(name)
             if candidate is None or candidate.born > recorded.index:
                 continue  # removed, or replaced since this decision
-            candidate.sums.add(weight, reward, direct + weight * (reward - modelled))
-            if pending is not None:
+            add(candidate.sums, scored)
+            if scored.pending is not None:
                 try:  # a failure is rolled back to the state just before this learn
                     call_logged(candidate, Exception, "learn",
-                                as_played(declared, pending, action), feedback)
+                                as_played(declared, scored.pending, action), feedback)
                 except Exception as exc:
                     log_failure(f"candidate {name!r} learning", exc)
                 else:
@@ -637,6 +666,7 @@ class LiveOPE:
     def estimates(self) -> list[PolicyEstimates]:
         """The logged policy's estimates, then each candidate's."""
         estimates = [self.logged.estimates(LOGGED)]
+        estimates[0].skipped = self.failures
         for name, candidate in self.candidates.items():
             found = candidate.sums.estimates(name, candidate.learned)
             found.skipped, found.clipped = candidate.skipped, candidate.clipped

@@ -404,8 +404,8 @@ class Processor:
         if entry.ope is not None and self.live_ope:
             # (the decision's index: stats.on_decided below counts it)
             try:
-                record.ope = entry.ope.decide(declared, fields, eid, decided.output,
-                                              int(entry.stats.get("decisions", 0)))
+                record.ope = entry.ope.decide(declared, entry.learner, fields, eid,
+                                              decided.output, int(entry.stats.get("decisions", 0)))
             except Exception as exc:  # the evaluation must never cost the live decision
                 entry.ope.failures += 1
                 log_failure("scoring a decision", exc)

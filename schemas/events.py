@@ -67,6 +67,15 @@ class CandidateConfig(BaseModel):
     _encodable_params = field_validator("params")(_storable)
 
 
+def _candidate_names(schema: dict[str, Any]) -> None:
+    """JSON Schema of ``candidates``: pydantic puts the name pattern in patternProperties,
+    which only says what a matching name's value is (a name that does not match would pass);
+    propertyNames enforces it."""
+    (pattern, value), = schema.pop("patternProperties").items()
+    schema["additionalProperties"] = value
+    schema["propertyNames"] = {**schema.get("propertyNames", {}), "pattern": pattern}
+
+
 class LearnerConfig(Record):
     """Creates or reconfigures a learner (compacted ``learners`` topic, key = learner_id)."""
 
@@ -82,6 +91,7 @@ class LearnerConfig(Record):
         description="candidate policies (name -> a learner config of the same family) "
         "evaluated off-policy on this learner's live decisions and feedback (families whose "
         "decisions carry a distribution p: graph_cb); changing only them keeps the learner",
+        json_schema_extra=_candidate_names,
     )
 
     @field_validator("family")

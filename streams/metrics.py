@@ -138,6 +138,22 @@ class PrometheusSink(Sink):
             ("learner_id", "policy"),
             registry=r,
         )
+        self.ope_skipped_rounds = Gauge(
+            "banditflow_ope_skipped_rounds",
+            "Logged rounds live off-policy evaluation could not score for a policy (a "
+            "candidate that failed to decide; for policy=logged, rounds the whole evaluation "
+            "dropped on an unexpected failure)",
+            ("learner_id", "policy"),
+            registry=r,
+        )
+        self.ope_clipped_rounds = Gauge(
+            "banditflow_ope_clipped_rounds",
+            "Logged rounds whose explore_eval acceptance was capped at 1 for a candidate (the "
+            "logged propensity was below its explore_eval_bound: such rounds are "
+            "under-represented in what it learns)",
+            ("learner_id", "policy"),
+            registry=r,
+        )
         self.recovery_seconds = Gauge(
             "banditflow_recovery_seconds",
             "Time the last recovery of a partition's state took (read, re-publish, claim)",
@@ -244,9 +260,11 @@ class PrometheusSink(Sink):
 
     def _ope_metrics(self) -> tuple[Gauge, ...]:
         return (self.ope_estimate, self.ope_effective_sample_size, self.ope_rounds,
-                self.ope_learned_rounds)
+                self.ope_learned_rounds, self.ope_skipped_rounds, self.ope_clipped_rounds)
 
     def ope_estimates(self, learner_id: str, estimates: Sequence[PolicyEstimates]) -> None:
+        if not estimates and learner_id not in self._ope_policies:
+            return  # (a learner without candidates, the usual case: nothing to do)
         if learner_id not in self._exported:  # (learner_state, called first, admits it)
             return
         policies = {e.policy for e in estimates}
@@ -254,20 +272,29 @@ class PrometheusSink(Sink):
         if gone:  # candidates removed from the config: their series go with them
             self._remove(self._ope_metrics(),
                          lambda labels: labels[0] == learner_id and labels[1] in gone)
-        self._ope_policies[learner_id] = policies
+        if policies:
+            self._ope_policies[learner_id] = policies
+        else:
+            self._ope_policies.pop(learner_id, None)
         for policy in estimates:
             name = policy.policy
             for estimator in ("ips", "snips", "dr"):
                 estimate = getattr(policy, estimator)
                 for bound in ("value", "ci_low", "ci_high"):
                     number = getattr(estimate, bound)
-                    # undefined (no round yet) and infinite (one round) values are left out
+                    labels = (learner_id, name, estimator, bound)
                     if math.isfinite(number):
-                        self.ope_estimate.labels(learner_id, name, estimator, bound).set(number)
+                        self.ope_estimate.labels(*labels).set(number)
+                    elif labels in self.ope_estimate._metrics:
+                        # undefined now (too few rounds for an interval, SNIPS without a
+                        # matching round): no stale number stays exported
+                        self.ope_estimate.remove(*labels)
             self.ope_effective_sample_size.labels(learner_id, name).set(policy.ess)
             self.ope_rounds.labels(learner_id, name).set(policy.rounds)
+            self.ope_skipped_rounds.labels(learner_id, name).set(policy.skipped)
             if policy.learned_from is not None:
                 self.ope_learned_rounds.labels(learner_id, name).set(policy.learned_from)
+                self.ope_clipped_rounds.labels(learner_id, name).set(policy.clipped)
 
     @staticmethod
     def _remove(metrics: Sequence[Gauge], selected: Callable[[tuple[str, ...]], bool]) -> None:

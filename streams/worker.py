@@ -720,9 +720,9 @@ class Worker:
         if entry is not None and gauges is not None:
             config = entry.config
             self.sink.learner_state(learner_id, config.family, config.algorithm, gauges)
+            # (none: every candidate removed, and their series with them)
             estimates = part.processor.ope_estimates(learner_id)
-            if estimates is not None:
-                self.sink.ope_estimates(learner_id, estimates)
+            self.sink.ope_estimates(learner_id, estimates or [])
 
     async def commit(self) -> None:
         """Make everything applied so far durable, then publish what it produced.

@@ -100,3 +100,18 @@ def test_live_ope_gauges_on_a_real_worker(
             labels = {"policy": policy, "estimator": estimator, "bound": "value"}
             assert (gauge(again, "banditflow_ope_estimate", **labels)
                     == gauge(text, "banditflow_ope_estimate", **labels))
+    for policy in ("logged", "uniform", "greedy"):
+        assert gauge(again, "banditflow_ope_skipped_rounds", policy=policy) == 0
+    assert gauge(again, "banditflow_ope_clipped_rounds", policy="greedy") == 0
+
+    # Removing every candidate removes the learner's live OPE series (none left stale).
+    send(topics.learners, {
+        "learner_id": LID, "family": "graph_cb", "algorithm": "epsilon_greedy", "seed": 2,
+        "params": {**PARAMS, "epsilon": 0.3}, "feedback_timeout_s": 600})
+    producer.flush()
+
+    def ope_series(text: str) -> list[str]:
+        return [line for line in text.splitlines()
+                if line.startswith("banditflow_ope_") and f'learner_id="{LID}"' in line]
+
+    wait_until(lambda: not ope_series(restarted.metrics()))
