@@ -367,7 +367,7 @@ class Candidate:
     born: int
     learner: Learner
     sums: Sums = field(default_factory=Sums)
-    learned: int = 0
+    learned_from: int = 0  # rounds it learned from (explore_eval acceptance)
     skipped: int = 0  # rounds it could not decide on (not scored)
     clipped: int = 0  # rounds whose explore_eval acceptance was capped at 1
     checkpoint: JSON = field(default_factory=dict)
@@ -393,7 +393,7 @@ class Candidate:
         state = self.learner.to_state()
         self.mark_checkpoint(state)
         data = {"config": self.config, "born": self.born, "state": state,
-                "sums": self.sums.to_json(), "learned": self.learned}
+                "sums": self.sums.to_json(), "learned": self.learned_from}
         if self.skipped:
             data["skipped"] = self.skipped
         if self.clipped:
@@ -661,14 +661,14 @@ class LiveOPE:
                 except Exception as exc:
                     log_failure(f"candidate {name!r} learning", exc)
                 else:
-                    candidate.learned += 1
+                    candidate.learned_from += 1
 
     def estimates(self) -> list[PolicyEstimates]:
         """The logged policy's estimates, then each candidate's."""
         estimates = [self.logged.estimates(LOGGED)]
         estimates[0].skipped = self.failures
         for name, candidate in self.candidates.items():
-            found = candidate.sums.estimates(name, candidate.learned)
+            found = candidate.sums.estimates(name, candidate.learned_from)
             found.skipped, found.clipped = candidate.skipped, candidate.clipped
             estimates.append(found)
         return estimates

@@ -224,12 +224,6 @@ class Processor:
             eid,
         )
 
-    @staticmethod
-    def _call(entry: LearnerEntry, method: str, *args: Any) -> Any:
-        """``entry.learner.<method>(*args)``; if it raises, the learner is restored to its
-        state before the call (rebuilt from its checkpoint and redo log)."""
-        return call_logged(entry, LEARNER_FAILURES, method, *args)
-
     # ------------------------------------------------------------------ config
     def on_config(self, key: str | None, raw: bytes | None, source: Source, now: float) -> Emitted:
         """A LearnerConfig (create or reconfigure) or a tombstone (delete the learner)."""
@@ -374,7 +368,8 @@ class Processor:
             self._await_updates(key, raw, source, now, after, config.feedback_timeout_s)
             return out
         try:
-            decided = self._call(entry, "decide", fields, LazyGenerator(config.seed, eid))
+            decided = call_logged(entry, LEARNER_FAILURES, "decide", fields,
+                                  LazyGenerator(config.seed, eid))
         except LEARNER_FAILURES as exc:
             self._dead(out, failure_reason(exc), str(exc), raw, source, now, lid, eid)
             return out
@@ -581,7 +576,8 @@ class Processor:
                 f"(it takes {', '.join(sorted(accepted))})",
             )
         try:
-            learned: Learned = self._call(entry, "learn", record.pending, fields)
+            learned: Learned = call_logged(entry, LEARNER_FAILURES, "learn", record.pending,
+                                           fields)
         except LEARNER_FAILURES as exc:
             return dead(failure_reason(exc), str(exc))
         stats.on_learned(entry.stats, learned.metrics, settled=learned.done)
@@ -733,8 +729,9 @@ class Processor:
         outcome = Outcome.EXPIRED
         if entry is not None and record.version == entry.version:
             try:
-                learned: Learned = self._call(entry, "expire", record.pending)
-            except LEARNER_FAILURES:  # the learner is unchanged (see _call); still settle
+                learned: Learned = call_logged(entry, LEARNER_FAILURES, "expire",
+                                               record.pending)
+            except LEARNER_FAILURES:  # the learner is unchanged (see call_logged); still settle
                 outcome = Outcome.EXPIRE_FAILED
             else:
                 stats.on_learned(entry.stats, learned.metrics, settled=True)

@@ -502,7 +502,7 @@ def test_a_failed_candidate_learn_is_undone_to_just_before_it() -> None:
     entry = processor.store.learners[LID]
     assert entry.ope is not None
     greedy = entry.ope.candidates["greedy"]
-    assert greedy.learned > 0 and greedy.redo  # learned since its checkpoint
+    assert greedy.learned_from > 0 and greedy.redo  # learned since its checkpoint
     for i in range(30, 400):  # a decision the candidate will learn from
         x = [0.1, 0.2]
         out = processor.on_context(encode({"learner_id": LID, "event_id": f"e{i}",
@@ -511,12 +511,12 @@ def test_a_failed_candidate_learn_is_undone_to_just_before_it() -> None:
         assert record is not None and record.ope is not None
         if record.ope.terms["greedy"].pending is not None:
             break
-    before, learned = greedy.learner.to_state(), greedy.learned
+    before, learned = greedy.learner.to_state(), greedy.learned_from
     exploding(greedy.learner, "learn")
     action = out.decisions[0].output["action"]
     processor.on_feedback(encode({"learner_id": LID, "event_id": f"e{i}",
                                   "losses": {str(action): 0.5}}), FEEDBACK, stream.time)
-    assert greedy.learner.to_state() == before and greedy.learned == learned
+    assert greedy.learner.to_state() == before and greedy.learned_from == learned
     assert estimates(processor)["greedy"].rounds == 31  # scored all the same
 
 
