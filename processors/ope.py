@@ -243,6 +243,11 @@ class PolicyEstimates:
     rounds: int = 0
     skipped: int = 0
     clipped: int = 0
+    # live, a candidate's paired difference from the logged policy on the same rounds (the
+    # mean of its IPS / DR terms minus the logged policy's): narrower than the difference of
+    # two separate intervals, for both share each round's reward noise
+    ips_difference: Estimate | None = None
+    dr_difference: Estimate | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"policy": self.policy, "ips": self.ips.as_dict(),
@@ -367,6 +372,7 @@ class Candidate:
     born: int
     learner: Learner
     sums: Sums = field(default_factory=Sums)
+    paired: Sums = field(default_factory=Sums)  # its terms minus the logged policy's
     learned_from: int = 0  # rounds it learned from (explore_eval acceptance)
     skipped: int = 0  # rounds it could not decide on (not scored)
     clipped: int = 0  # rounds whose explore_eval acceptance was capped at 1
@@ -393,7 +399,8 @@ class Candidate:
         state = self.learner.to_state()
         self.mark_checkpoint(state)
         data = {"config": self.config, "born": self.born, "state": state,
-                "sums": self.sums.to_json(), "learned": self.learned_from}
+                "sums": self.sums.to_json(), "paired": self.paired.to_json(),
+                "learned": self.learned_from}
         if self.skipped:
             data["skipped"] = self.skipped
         if self.clipped:
@@ -642,18 +649,22 @@ class LiveOPE:
             self.model.update(recorded.inputs, j, reward)
         residuals = [r - q for r, q in zip(rewards, recorded.modelled, strict=True)]
 
-        def add(sums: Sums, scored: Scored) -> None:
+        def add(sums: Sums, scored: Scored) -> tuple[float, float]:
+            """The round's weighted reward and DR term for ``scored``, added to ``sums``."""
             c = scored.coefficients
-            sums.add(sum(c), float(np.dot(c, rewards)) if c else 0.0,
-                     scored.direct + (float(np.dot(c, residuals)) if c else 0.0))
+            weighted = float(np.dot(c, rewards)) if c else 0.0
+            term = scored.direct + (float(np.dot(c, residuals)) if c else 0.0)
+            sums.add(sum(c), weighted, term)
+            return weighted, term
 
-        add(self.logged, recorded.logged)
+        logged_weighted, logged_term = add(self.logged, recorded.logged)
         action = recorded.action
         for name, scored in recorded.terms.items():
             candidate = self.candidates.get(name)
             if candidate is None or candidate.born > recorded.index:
                 continue  # removed, or replaced since this decision
-            add(candidate.sums, scored)
+            weighted, term = add(candidate.sums, scored)
+            candidate.paired.add(1.0, weighted - logged_weighted, term - logged_term)
             if scored.pending is not None:
                 try:  # a failure is rolled back to the state just before this learn
                     call_logged(candidate, Exception, "learn",
@@ -670,6 +681,8 @@ class LiveOPE:
         for name, candidate in self.candidates.items():
             found = candidate.sums.estimates(name, candidate.learned_from)
             found.skipped, found.clipped = candidate.skipped, candidate.clipped
+            found.ips_difference = candidate.paired.ips()
+            found.dr_difference = candidate.paired.dr()
             estimates.append(found)
         return estimates
 
@@ -694,8 +707,10 @@ class LiveOPE:
                 config = item["config"]
                 learner = learner_class(family_name, config["algorithm"]).from_state(
                     config["params"], item["state"])
+                # (first logs: no paired sums, which start now)
+                paired = Sums.from_json(item["paired"]) if "paired" in item else Sums()
                 candidates[name] = Candidate(
-                    family_name, config, item["born"], learner, sums(item["sums"]),
+                    family_name, config, item["born"], learner, sums(item["sums"]), paired,
                     item["learned"], item.get("skipped", 0), item.get("clipped", 0),
                     item["state"])
             except Exception:

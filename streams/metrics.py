@@ -19,7 +19,7 @@ from prometheus_client import (
 )
 
 from learners.registry import families
-from processors.ope import PolicyEstimates
+from processors.ope import Estimate, PolicyEstimates
 from processors.records import Outcome
 from processors.sink import Sink
 
@@ -136,6 +136,14 @@ class PrometheusSink(Sink):
             "banditflow_ope_learned_rounds",
             "Logged rounds a candidate policy learned from (explore_eval acceptance)",
             ("learner_id", "policy"),
+            registry=r,
+        )
+        self.ope_difference = Gauge(
+            "banditflow_ope_difference",
+            "Live off-policy estimate of a candidate's mean reward minus the logged policy's, "
+            "paired on the same rounds, by estimator (ips, dr) and bound (value, ci_low, "
+            "ci_high: the 95% interval)",
+            ("learner_id", "policy", "estimator", "bound"),
             registry=r,
         )
         self.ope_skipped_rounds = Gauge(
@@ -260,7 +268,8 @@ class PrometheusSink(Sink):
 
     def _ope_metrics(self) -> tuple[Gauge, ...]:
         return (self.ope_estimate, self.ope_effective_sample_size, self.ope_rounds,
-                self.ope_learned_rounds, self.ope_skipped_rounds, self.ope_clipped_rounds)
+                self.ope_learned_rounds, self.ope_skipped_rounds, self.ope_clipped_rounds,
+                self.ope_difference)
 
     def ope_estimates(self, learner_id: str, estimates: Sequence[PolicyEstimates]) -> None:
         if not estimates and learner_id not in self._ope_policies:
@@ -279,22 +288,30 @@ class PrometheusSink(Sink):
         for policy in estimates:
             name = policy.policy
             for estimator in ("ips", "snips", "dr"):
-                estimate = getattr(policy, estimator)
-                for bound in ("value", "ci_low", "ci_high"):
-                    number = getattr(estimate, bound)
-                    labels = (learner_id, name, estimator, bound)
-                    if math.isfinite(number):
-                        self.ope_estimate.labels(*labels).set(number)
-                    elif labels in self.ope_estimate._metrics:
-                        # undefined now (too few rounds for an interval, SNIPS without a
-                        # matching round): no stale number stays exported
-                        self.ope_estimate.remove(*labels)
+                self._set_estimate(self.ope_estimate, (learner_id, name, estimator),
+                                   getattr(policy, estimator))
+            for estimator, difference in (("ips", policy.ips_difference),
+                                          ("dr", policy.dr_difference)):
+                if difference is not None:
+                    self._set_estimate(self.ope_difference, (learner_id, name, estimator),
+                                       difference)
             self.ope_effective_sample_size.labels(learner_id, name).set(policy.ess)
             self.ope_rounds.labels(learner_id, name).set(policy.rounds)
             self.ope_skipped_rounds.labels(learner_id, name).set(policy.skipped)
             if policy.learned_from is not None:
                 self.ope_learned_rounds.labels(learner_id, name).set(policy.learned_from)
                 self.ope_clipped_rounds.labels(learner_id, name).set(policy.clipped)
+
+    @staticmethod
+    def _set_estimate(gauge: Gauge, labels: tuple[str, ...], estimate: Estimate) -> None:
+        for bound in ("value", "ci_low", "ci_high"):
+            number = getattr(estimate, bound)
+            if math.isfinite(number):
+                gauge.labels(*labels, bound).set(number)
+            elif (*labels, bound) in gauge._metrics:
+                # undefined now (too few rounds for an interval, SNIPS without a matching
+                # round): no stale number stays exported
+                gauge.remove(*labels, bound)
 
     @staticmethod
     def _remove(metrics: Sequence[Gauge], selected: Callable[[tuple[str, ...]], bool]) -> None:

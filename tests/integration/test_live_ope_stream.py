@@ -84,6 +84,14 @@ def test_live_ope_gauges_on_a_real_worker(
         for bound in ("value", "ci_low", "ci_high"):
             assert gauge(text, "banditflow_ope_estimate", policy="uniform", estimator=estimator,
                          bound=bound) == pytest.approx(getattr(expected, bound), rel=1e-9)
+    for estimator in ("ips", "dr"):  # the paired difference from the logged policy
+        difference = gauge(text, "banditflow_ope_difference", policy="uniform",
+                           estimator=estimator, bound="value")
+        assert difference == pytest.approx(
+            gauge(text, "banditflow_ope_estimate", policy="uniform", estimator=estimator,
+                  bound="value")
+            - gauge(text, "banditflow_ope_estimate", policy="logged", estimator=estimator,
+                    bound="value"))
     learned = gauge(text, "banditflow_ope_learned_rounds", policy="greedy")
     assert learned is not None and 0 < learned < EVENTS
 

@@ -201,6 +201,14 @@ def test_candidates_are_scored_on_the_live_stream_like_banditflow_ope() -> None:
         assert close(live[name].ips, offline[name].ips), name
         assert close(live[name].snips, offline[name].snips), name
         assert live[name].ess == pytest.approx(offline[name].ess, rel=1e-9)
+    # the paired difference from the logged policy, on the same rounds
+    for name in ("uniform", "greedy"):
+        ips_difference, dr_difference = live[name].ips_difference, live[name].dr_difference
+        assert ips_difference is not None and dr_difference is not None
+        assert ips_difference.value == pytest.approx(live[name].ips.value
+                                                     - live["logged"].ips.value)
+        assert dr_difference.value == pytest.approx(live[name].dr.value - live["logged"].dr.value)
+        assert ips_difference.ci_low < ips_difference.value < ips_difference.ci_high
     # the logged policy on itself: weight 1, IPS = the mean logged reward
     assert live["logged"].ips.value == pytest.approx(np.mean([r.reward for r in stream.rounds]))
     assert live["logged"].ess == pytest.approx(400)
