@@ -109,6 +109,8 @@ def _share(part: int, whole: int) -> str:
 def _interval(estimate: Estimate) -> str:
     if math.isnan(estimate.value):
         return "undefined"
+    if math.isnan(estimate.ci_low):  # (too few rounds for an interval: processors.ope)
+        return f"{estimate.value:.4f} [too few rounds]"
     return f"{estimate.value:.4f} [{estimate.ci_low:.4f}, {estimate.ci_high:.4f}]"
 
 
@@ -127,8 +129,9 @@ def plot_estimates(path: Path, policies: Sequence[PolicyEstimates]) -> None:
                 continue
             x.append(i + offset)
             values.append(estimate.value)
-            errors[0].append(estimate.value - estimate.ci_low)
-            errors[1].append(estimate.ci_high - estimate.value)
+            bounded = not math.isnan(estimate.ci_low)  # (no interval: a bare point)
+            errors[0].append(estimate.value - estimate.ci_low if bounded else 0.0)
+            errors[1].append(estimate.ci_high - estimate.value if bounded else 0.0)
         ax.errorbar(x, values, yerr=errors, fmt="o", capsize=4, label=name.upper())
     ax.set_xticks(range(len(policies)), [p.policy for p in policies])
     ax.set_ylabel("estimated mean reward (95% CI)")
