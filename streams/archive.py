@@ -11,6 +11,7 @@ order, records of different partitions and topics are interleaved as they arrive
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import time
 from collections.abc import Callable
@@ -23,6 +24,8 @@ from kafka import KafkaConsumer, TopicPartition
 from offline.archive import ArchiveWriter
 from schemas.archive import ARCHIVED_TOPICS
 from streams.topics import TopicError, Topics
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -62,8 +65,9 @@ def run_archive(settings: ArchiveSettings,
     the number of records written."""
     topics = Topics(settings.prefix)
     kinds = {f"{settings.prefix}.{kind}": kind for kind in ARCHIVED_TOPICS}
+    # (a position the broker no longer has restarts at its earliest record, never its end)
     consumer = KafkaConsumer(bootstrap_servers=settings.bootstrap, group_id=None,
-                             enable_auto_commit=False)
+                             enable_auto_commit=False, auto_offset_reset="earliest")
     stopping = False
 
     def stop(*_: object) -> None:
@@ -84,6 +88,7 @@ def run_archive(settings: ArchiveSettings,
             consumer.seek_to_beginning(*assigned)
         else:
             consumer.seek_to_end(*assigned)
+        expected = {partition: consumer.position(partition) for partition in assigned}
         with open(settings.out, "w") as out:
             writer = ArchiveWriter(out, source="kafka", prefix=settings.prefix)
             last_record = time.monotonic()
@@ -92,6 +97,15 @@ def run_archive(settings: ArchiveSettings,
                     batches = consumer.poll(timeout_ms=200)
                     for partition, messages in batches.items():
                         for message in messages:
+                            # (the learners topic is compacted: gaps there are normal)
+                            if message.offset > expected[partition] \
+                                    and kinds[partition.topic] != "learners":
+                                log.warning(
+                                    "%s[%d]: offsets %d to %d are not in the archive (gone "
+                                    "from the broker before they were read)", partition.topic,
+                                    partition.partition, expected[partition],
+                                    message.offset - 1)
+                            expected[partition] = message.offset + 1
                             writer.write(archive_record(kinds[partition.topic], message))
                     if batches:
                         last_record = time.monotonic()

@@ -33,8 +33,10 @@ def test_a_faithful_replay_reproduces_every_decision(
     for report in reports:
         assert not report.timed_out and report.decided == EVENTS, report.render()
     archive = tmp_path / "live.archive.jsonl"
-    run("archive", "--bootstrap", broker.bootstrap, "--prefix", SOURCE, "--out", str(archive),
-        "--from-beginning", "--until-idle", "3")
+    archived = run("archive", "--bootstrap", broker.bootstrap, "--prefix", SOURCE, "--out",
+                   str(archive), "--from-beginning", "--until-idle", "3")
+    contexts = sum('"topic":"contexts"' in line for line in archive.read_text().splitlines())
+    assert contexts == len(FAMILIES) * EVENTS, archived.stderr  # the archive is complete
     live = [r for r in read_topic(f"{SOURCE}.decisions").wait_for(
         lambda rs: len(rs) >= len(FAMILIES) * EVENTS)]
     # Learning happened between decisions, interleaved with them: each learner decided
@@ -48,7 +50,8 @@ def test_a_faithful_replay_reproduces_every_decision(
 
     start_worker(TARGET, partitions=2)
     finished = run("replay", str(archive), "--bootstrap", broker.bootstrap, "--prefix", TARGET,
-                   "--partitions", "2", "--faithful", "--decision-wait", "30")
+                   "--partitions", "2", "--faithful", "--decision-wait", "30",
+                   context=archived.stderr)
     total = len(FAMILIES) * EVENTS
     assert f"faithful: {total:,} of {total:,} decisions reproduced" in finished.stderr
 
@@ -61,8 +64,10 @@ def test_a_faithful_replay_reproduces_every_decision(
             original["output"], original["learner_updates"])
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
+def run(*args: str, context: str = "") -> subprocess.CompletedProcess[str]:
+    """Run a banditflow command; on failure show its stderr (and ``context``: the archive's
+    stderr for the replay)."""
     finished = subprocess.run([sys.executable, "-m", "streams.cli", *args],
                               capture_output=True, text=True, timeout=180)
-    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert finished.returncode == 0, context[-3000:] + finished.stderr[-3000:]
     return finished
