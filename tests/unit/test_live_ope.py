@@ -87,9 +87,10 @@ class Stream:
                                        propensity=output["p"][action], p=output["p"],
                                        reward=-loss, features=x.tolist()))
 
-    def run(self, rounds: int, start: int = 0) -> Stream:
+    def run(self, rounds: int, start: int = 0, prefix: str = "e") -> Stream:
+        """``rounds`` rounds, event ids ``<prefix><i>`` (the logged draws depend on them)."""
         for i in range(start, start + rounds):
-            self.round(f"e{i}")
+            self.round(f"{prefix}{i}")
         return self
 
 
@@ -356,7 +357,8 @@ def test_live_estimates_of_a_fixed_policy_cover_its_known_value() -> None:
     found: dict[str, list[Estimate]] = {"ips": [], "snips": [], "dr": []}
     for seed in range(seeds):
         processor = started({"uniform": UNIFORM})
-        Stream(processor, 100 + seed).run(rounds)
+        # (event ids of its own per seed: the logging policy's draws are seeded by them)
+        Stream(processor, 100 + seed).run(rounds, prefix=f"s{seed}-")
         uniform = estimates(processor)["uniform"]
         for name in found:
             found[name].append(getattr(uniform, name))
