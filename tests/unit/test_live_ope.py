@@ -347,6 +347,18 @@ def test_a_bad_candidate_leaves_a_running_learner_as_it_was() -> None:
 
 
 # ------------------------------------------------------------------ statistics
+def assert_covered(found: dict[str, list[Estimate]], truth: float) -> None:
+    """Each estimator's 95 % intervals over the seeds cover ``truth`` (all but two), and
+    their mean is within three standard errors of it."""
+    for name, values in found.items():
+        seeds = len(values)
+        covered = sum(e.ci_low <= truth <= e.ci_high for e in values)
+        assert covered >= seeds - 2, (name, covered)
+        mean = np.mean([e.value for e in values])
+        spread = np.mean([e.ci_high - e.value for e in values]) / Z_95
+        assert abs(mean - truth) < 3 * spread / math.sqrt(seeds), (name, mean, truth)
+
+
 def test_live_estimates_of_a_fixed_policy_cover_its_known_value() -> None:
     """The uniform policy's value is known (minus the mean of the actions' mean losses); over
     seeded streams the live IPS, SNIPS and DR estimates are centred on it and their 95 %
@@ -362,12 +374,7 @@ def test_live_estimates_of_a_fixed_policy_cover_its_known_value() -> None:
         uniform = estimates(processor)["uniform"]
         for name in found:
             found[name].append(getattr(uniform, name))
-    for name, values in found.items():
-        covered = sum(e.ci_low <= truth <= e.ci_high for e in values)
-        assert covered >= seeds - 2, (name, covered)
-        mean = np.mean([e.value for e in values])
-        spread = np.mean([e.ci_high - e.value for e in values]) / Z_95
-        assert abs(mean - truth) < 3 * spread / math.sqrt(seeds), (name, mean, truth)
+    assert_covered(found, truth)
     # the reward model makes DR no wider than IPS here
     assert (np.mean([e.ci_high - e.ci_low for e in found["dr"]])
             < np.mean([e.ci_high - e.ci_low for e in found["ips"]]))
@@ -440,12 +447,7 @@ def test_graph_aware_estimates_of_a_fixed_policy_cover_its_known_value(
         assert live["uniform"].rounds == rounds
         for name in found:
             found[name].append(getattr(live["uniform"], name))
-    for name, values in found.items():
-        covered = sum(e.ci_low <= truth <= e.ci_high for e in values)
-        assert covered >= seeds - 2, (name, covered)
-        mean = np.mean([e.value for e in values])
-        spread = np.mean([e.ci_high - e.value for e in values]) / Z_95
-        assert abs(mean - truth) < 3 * spread / math.sqrt(seeds), (name, mean, truth)
+    assert_covered(found, truth)
 
 
 class BrokenModel(RewardModel):
