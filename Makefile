@@ -75,7 +75,13 @@ soak: $(DEV)
 	SOAK_SECONDS=1800 $(BIN)/python -m pytest tests/fault/test_soak.py -s -o timeout=2400 \
 	  $(PYTEST_ARGS)
 
-bench: $(DEV)
+# The benchmarks add Vowpal Wabbit, graph_cb's reference peer (the `bench` extra).
+BENCH := $(VENV)/.installed-bench
+$(BENCH): pyproject.toml $(DEV)
+	$(PIP) -e '.[dev,bench]'
+	@touch $(BENCH)
+
+bench: $(BENCH)
 	$(BIN)/python -m pytest tests/benchmarks -s -o python_files="bench_*.py" $(PYTEST_ARGS)
 
 clean:
