@@ -37,7 +37,7 @@ class Sink:
         """Open decisions of ``partition`` after a timeout sweep."""
 
     def forget(self, learner_id: str) -> None:
-        """The learner was deleted: drop its series."""
+        """Drop the learner's series (it was deleted, or its partition left this worker)."""
 
     @property
     def wants_gauges(self) -> bool:

@@ -714,6 +714,12 @@ class Worker:
         dead_json = [d.model_dump_json().encode() for d in dead]
         return Cut(part, state, decisions, context_ts, dead_json, marks)
 
+    def _unexport(self, part: PartitionRuntime) -> None:
+        """Drop the series of ``part``'s learners: whoever recovers the partition exports
+        them (a worker that lost it must not serve their last values on)."""
+        for learner_id in part.processor.store.learners:
+            self.sink.forget(learner_id)
+
     def _export_gauges(self, part: PartitionRuntime, learner_id: str) -> None:
         entry = part.processor.store.learners.get(learner_id)
         gauges = part.processor.gauges(learner_id)
@@ -888,6 +894,7 @@ class Worker:
             part = self.partitions.pop(number, None)
             if part is not None:
                 part.active = False
+                self._unexport(part)
         self.active = self.active - numbers
         self._unfinished = [cut for cut in self._unfinished if cut.part.number not in numbers]
 
@@ -1022,6 +1029,9 @@ class Worker:
         part.active = True
         self.active = self.active | {part.number}
         consumer.resume(*tps)
+        # Its learners' series, from the state it recovered (not only once each learns again).
+        for learner_id in part.processor.store.learners:
+            self._export_gauges(part, learner_id)
         return True
 
     def wall_now(self) -> float:
@@ -1054,7 +1064,7 @@ class Worker:
         self.owned = frozenset(numbers)
         for number in list(self.partitions):
             if number not in numbers:
-                del self.partitions[number]
+                self._unexport(self.partitions.pop(number))
         if numbers:
             self._take_over(numbers)
 
