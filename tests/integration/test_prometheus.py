@@ -45,9 +45,11 @@ EVENTS = 200
 SIM_LEARNER = "conformal-sps"
 LEARNERS = {f"{family}-{algorithm}" for family, a in APPLICATIONS.items()
             for algorithm in (a.learner, a.baseline)}
-# Live OPE: the learners of families whose decisions carry p evaluate their baseline as a
-# candidate (the live OPE panels need one).
-CANDIDATES = {family: [a.baseline] for family, a in APPLICATIONS.items()
+# Live OPE: the learners of families whose decisions carry p evaluate their baseline and a
+# twin of themselves as candidates (the live OPE panels need one). The twin plays much as the
+# logged policy does, so its estimates have the effective sample size an interval needs
+# (processors.ope.MIN_INTERVAL_SIZE) within the run; the baseline's may not.
+CANDIDATES = {family: [a.learner, a.baseline] for family, a in APPLICATIONS.items()
               if declared_family(family).action_distribution}
 # Panels allowed to return no data here (nothing fires during the test).
 MAY_BE_EMPTY = {"Firing banditflow alerts"}
@@ -268,8 +270,9 @@ def test_dashboards_and_alerts_against_real_prometheus(
                  'banditflow_arm_pulls{family="prob_graph"}',
                  'banditflow_learner_opt_reward{family="deferral"}',
                  'banditflow_dead_letters_total{reason="malformed_json"}',
-                 *(f'banditflow_ope_estimate{{policy="{name}", estimator="dr", bound="ci_low"}}'
-                   for names in CANDIDATES.values() for name in names)):
+                 *(f'banditflow_{gauge}{{policy="{names[0]}", estimator="dr", bound="ci_low"}}'
+                   for names in CANDIDATES.values()
+                   for gauge in ("ope_estimate", "ope_difference"))):
         prometheus.wait_for(expr, lambda expr=expr: has_data(expr))
     time.sleep(2.0)  # a few more scrapes, so that every rate window holds two samples
 
