@@ -234,12 +234,11 @@ class Processor:
                 # A re-created learner restarts at version 1: its predecessor's decisions
                 # must not match its feedback, so they go with it; the contexts it held
                 # for updates are dead-lettered.
-                prefix = f"{key}/"
-                for held_key, hold in list(store.holds.items()):
-                    if held_key.startswith(prefix) and hold.context is not None \
-                            and hold.kind is HoldKind.AWAITING_UPDATES:
-                        self._unknown_learner(out, hold.context.raw.encode(),
-                                              hold.context.source, now, key, held_key[len(prefix):])
+                for held_key in store.held(key, HoldKind.AWAITING_UPDATES):
+                    context = store.holds[held_key].context
+                    assert context is not None
+                    self._unknown_learner(out, context.raw.encode(), context.source, now, key,
+                                          held_key.split("/", 1)[1])
                 store.drop_learner(key)
                 self.sink.forget(key)
                 self.sink.processed(source.topic, Outcome.DELETED)
@@ -301,15 +300,9 @@ class Processor:
 
     def _release(self, learner_id: str, now: float, out: Emitted) -> None:
         """Decide the held contexts of ``learner_id`` (its config has just arrived)."""
-        prefix = f"{learner_id}/"
         store = self.store
-        waiting = [
-            key
-            for key, hold in store.holds.items()
-            if key.startswith(prefix) and hold.kind is HoldKind.AWAITING_LEARNER
-        ]
         failed = 0
-        for key in waiting:
+        for key in store.held(learner_id, HoldKind.AWAITING_LEARNER):
             hold = store.drop_hold(key)
             assert hold is not None and hold.context is not None
             if hold.feedback:
@@ -441,7 +434,8 @@ class Processor:
     def _updated(self, learner_id: str, entry: LearnerEntry, now: float, out: Emitted) -> None:
         """Count an update of ``learner_id`` and decide the contexts that waited for it."""
         entry.updates += 1
-        if self._releasing:  # (a context released below applied its early feedback)
+        # (_releasing: a context released below applied its early feedback)
+        if self._releasing or not self.store.awaits_updates(learner_id):
             return
         self._releasing = True
         try:
@@ -478,9 +472,7 @@ class Processor:
     def _end_waits(self, learner_id: str, now: float, out: Emitted) -> None:
         """Decide, as they are, the contexts of ``learner_id`` held for updates that will not
         come (its learner was reconfigured: a new version counts from 0)."""
-        prefix = f"{learner_id}/"
-        for key in [k for k, hold in self.store.holds.items()
-                    if k.startswith(prefix) and hold.kind is HoldKind.AWAITING_UPDATES]:
+        for key in self.store.held(learner_id, HoldKind.AWAITING_UPDATES):
             self._decide_held(key, now, out)
 
     def _hold_context(self, key: str, raw: bytes, source: Source, now: float) -> None:
@@ -727,6 +719,7 @@ class Processor:
         lid = key.split("/", 1)[0]
         entry = self.store.learners.get(lid)
         outcome = Outcome.EXPIRED
+        updated = None  # the learner the timeout rule updated
         if entry is not None and record.version == entry.version:
             try:
                 learned: Learned = call_logged(entry, LEARNER_FAILURES, "expire",
@@ -736,10 +729,11 @@ class Processor:
             else:
                 stats.on_learned(entry.stats, learned.metrics, settled=True)
                 self.store.touch_learner(lid)
+                updated = entry
         self.store.settle(key, record, Settled.TIMEOUT, now, self.retention_s)
         self.sink.processed("timer", outcome)
-        if outcome is Outcome.EXPIRED and entry is not None and record.version == entry.version:
-            self._updated(lid, entry, now, out)
+        if updated is not None:
+            self._updated(lid, updated, now, out)
 
     # ------------------------------------------------------------------ metrics
     def gauges(self, learner_id: str) -> dict[str, Any] | None:

@@ -36,8 +36,8 @@ class Sink:
     def pending(self, partition: int, open_decisions: int) -> None:
         """Open decisions of ``partition`` after a timeout sweep."""
 
-    def forget(self, learner_id: str) -> None:
-        """Drop the learner's series (it was deleted, or its partition left this worker)."""
+    def forget(self, *learner_ids: str) -> None:
+        """Drop the learners' series (deleted, or their partition left this worker)."""
 
     @property
     def wants_gauges(self) -> bool:

@@ -196,6 +196,16 @@ class PartitionStore:
             del self._awaiting_updates[learner_id]
         return None
 
+    def held(self, learner_id: str, kind: HoldKind) -> list[str]:
+        """The keys of ``learner_id``'s holds of ``kind`` (a scan: for config changes)."""
+        prefix = f"{learner_id}/"
+        return [key for key, hold in self.holds.items()
+                if key.startswith(prefix) and hold.kind is kind]
+
+    def awaits_updates(self, learner_id: str) -> bool:
+        """Whether contexts of ``learner_id`` may be waiting for updates (O(1))."""
+        return learner_id in self._awaiting_updates
+
     def touch_hold(self, key: str) -> None:
         self._mark(HOLD + key)
 

@@ -320,12 +320,15 @@ class PrometheusSink(Sink):
                 if selected(labels):
                     metric.remove(*labels)
 
-    def forget(self, learner_id: str) -> None:
-        self._exported.discard(learner_id)
-        self._ope_policies.pop(learner_id, None)
+    def forget(self, *learner_ids: str) -> None:
+        # One pass over the series for all of them: a partition's learners leave together.
+        gone = set(learner_ids)
+        self._exported -= gone
+        for learner_id in gone:
+            self._ope_policies.pop(learner_id, None)
         metrics = (self.regret, self.other, *self.arm_gauges.values(), *self.gauges.values(),
                    *self._ope_metrics())
-        self._remove(metrics, lambda labels: labels[0] == learner_id)
+        self._remove(metrics, lambda labels: labels[0] in gone)
 
     def exposition(self, flush: bool = True) -> bytes:
         """The text format; ``flush=False`` from another thread (the worker flushes at every

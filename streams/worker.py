@@ -717,8 +717,7 @@ class Worker:
     def _unexport(self, part: PartitionRuntime) -> None:
         """Drop the series of ``part``'s learners: whoever recovers the partition exports
         them (a worker that lost it must not serve their last values on)."""
-        for learner_id in part.processor.store.learners:
-            self.sink.forget(learner_id)
+        self.sink.forget(*part.processor.store.learners)
 
     def _export_gauges(self, part: PartitionRuntime, learner_id: str) -> None:
         entry = part.processor.store.learners.get(learner_id)
