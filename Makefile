@@ -23,9 +23,9 @@ PIP := $(BIN)/python -m pip install --quiet --no-compile
 # instead of three to five (the install skips compiling, and an environment with
 # PYTHONDONTWRITEBYTECODE never writes the cache at run time).
 WORKER_IMPORTS := aiokafka kafka pydantic pydantic_core numpy scipy prometheus_client \
-	numba llvmlite matplotlib faust mode
+	numba llvmlite matplotlib
 COMPILE = site=$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
-	$(BIN)/python -m compileall -q -j 0 learners processors streams schemas \
+	$(BIN)/python -m compileall -q -j 0 banditflow learners processors streams schemas offline \
 	$$(for name in $(WORKER_IMPORTS); do echo "$$site/$$name"; done) >/dev/null
 
 # The demo needs only the runtime dependencies; the tests add the dev tools.

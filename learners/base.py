@@ -203,10 +203,11 @@ def require(
 
     >>> require({"horizon": 100}, "horizon", int)
     100
-    >>> require({"horizon": 10**30}, "horizon", int)
-    Traceback (most recent call last):
-    ...
-    learners.base.LearnerError: parameter 'horizon' must be at most 9007199254740992, got 10**30
+    >>> try:
+    ...     require({"horizon": 10**30}, "horizon", int)
+    ... except LearnerError as error:
+    ...     print(error)
+    parameter 'horizon' must be at most 9007199254740992, got 10**30
     """
     value = params.get(name, default)
     if value is None:

@@ -3,16 +3,16 @@
 A family declares once, next to its learners, everything the event schemas, the processors,
 the metrics and the offline tools need from it: the fields its contexts, feedback and truth
 events carry (with their validation), the gauges it exports, where its evaluation task and
-log builders live. :mod:`learners.registry` reads these declarations; nothing outside the
+log builders live. :mod:`banditflow.learners.registry` reads these declarations; nothing outside the
 family package names a family's fields or gauges.
 
 Field specs are ``(annotation, pydantic FieldInfo)`` pairs and validators pydantic validator
 functions (``field_validator(...)(f)``, ``model_validator(mode="after")(f)``), as
 :func:`pydantic.create_model` takes them; a validator's ``ValueError`` makes the event an
 ``invalid_schema`` dead letter. A field two families share (``features``) is one spec object
-both use (:mod:`learners.fields`).
+both use (:mod:`banditflow.learners.fields`).
 
->>> from learners.registry import family
+>>> from banditflow.learners.registry import family
 >>> sorted(family("conformal").feedback)
 ['label', 'missed']
 >>> family("graph_cb").gauges["mean_loss"]
@@ -46,7 +46,7 @@ class Family:
     """Feedback fields that qualify another and say nothing on their own (feedback carrying
     only these is refused as empty)."""
     sized: Mapping[str, str] = field(default_factory=dict)
-    """Context fields bounded by a worker input limit, with the :class:`schemas.Limits`
+    """Context fields bounded by a worker input limit, with the :class:`banditflow.schemas.Limits`
     attribute bounding them (``max_labels``: the list's length; ``max_features``: the numbers
     in it, nested lists included)."""
     context_validators: Mapping[str, Any] = field(default_factory=dict)
@@ -57,7 +57,8 @@ class Family:
     """``banditflow_<name>{arm=...}`` gauges: one series per arm of a list-valued gauge."""
     played_action: str | None = None
     """Field of a decision's output holding the index of the one action it played: its
-    decisions are logged rounds for off-policy evaluation (:func:`offline.archive.joined_rounds`).
+    decisions are logged rounds for off-policy evaluation
+    (:func:`banditflow.offline.archive.joined_rounds`).
     None: they play no single action."""
     revealed: str | None = None
     """Feedback field mapping each revealed action's index (as text) to its value."""
@@ -72,11 +73,13 @@ class Family:
     learners: they then learn from logged rounds as if they had played the logged action, put
     in their pending state under the ``played_action`` key, with its ``revealed`` feedback.
     Its learner configs may also name ``candidates``, scored live the same way
-    (:mod:`processors.ope`)."""
+    (:mod:`banditflow.processors.ope`)."""
     evaluation: str | None = None
-    """Module of the family's ``banditflow evaluate`` task (see :mod:`offline.evaluation`)."""
+    """Module of the family's ``banditflow evaluate`` task (see
+    :mod:`banditflow.offline.evaluation`)."""
     logs: tuple[str, ...] = ()
-    """Modules defining the family's ``make-log`` builders, ``LOGS`` (see :mod:`offline.logs`)."""
+    """Modules defining the family's ``make-log`` builders, ``LOGS`` (see
+    :mod:`banditflow.offline.logs`)."""
 
     def __post_init__(self) -> None:
         if self.action_distribution and (self.played_action is None or self.revealed is None):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from learners.family import FieldSpec
+from banditflow.learners.family import FieldSpec
 
 FEATURES: FieldSpec = (
     list[float] | list[list[float]] | None,

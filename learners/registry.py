@@ -1,6 +1,6 @@
 """Families and algorithms by name: the one place that lists the learner families.
 
-Each family declares its front door, a :class:`learners.family.Family` (``FAMILY`` in its
+Each family declares its front door, a :class:`banditflow.learners.family.Family` (``FAMILY`` in its
 ``family`` module): event fields, gauges, evaluation task, log builders, and the module of its
 algorithms (``ALGORITHMS: dict[str, type[Learner]]``, imported when first used, so that, e.g.,
 the torch-based learners cost nothing until then). Adding a family is one line in
@@ -20,15 +20,15 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from learners.base import Learner, LearnerError
-from learners.family import Family
+from banditflow.learners.base import Learner, LearnerError
+from banditflow.learners.family import Family
 
 # name -> module defining its FAMILY
 FAMILIES: dict[str, str] = {
-    "conformal": "learners.conformal.family",
-    "graph_cb": "learners.graph_cb.family",
-    "deferral": "learners.deferral.family",
-    "prob_graph": "learners.prob_graph.family",
+    "conformal": "banditflow.learners.conformal.family",
+    "graph_cb": "banditflow.learners.graph_cb.family",
+    "deferral": "banditflow.learners.deferral.family",
+    "prob_graph": "banditflow.learners.prob_graph.family",
 }
 _registered: dict[str, Family] = {}
 
@@ -52,10 +52,10 @@ def families() -> dict[str, Family]:
 def register(declared: Family) -> None:
     """Adds a family defined outside this package. Its event fields must be fields the event
     schemas already have (the schemas are built from the families known when
-    :mod:`schemas` is first imported), with the same types."""
+    :mod:`banditflow.schemas` is first imported), with the same types."""
     if declared.name in FAMILIES or declared.name in _registered:
         raise LearnerError(f"family {declared.name!r} is already registered")
-    events = sys.modules.get("schemas.events")
+    events = sys.modules.get("banditflow.schemas.events")
     if events is not None:
         events.check_declared(declared)
     _registered[declared.name] = declared

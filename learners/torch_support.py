@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from learners.base import LearnerError
+from banditflow.learners.base import LearnerError
 
 
 def import_torch(what: str) -> Any:

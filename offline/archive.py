@@ -1,4 +1,4 @@
-"""Reading and writing archives (:mod:`schemas.archive`), and their joined view.
+"""Reading and writing archives (:mod:`banditflow.schemas.archive`), and their joined view.
 
 :func:`joined_rounds` is the one place that turns an archive's records into logged rounds
 (context, decision with its propensities, feedback, reward): off-policy evaluation reads
@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from learners.base import LearnerError
-from learners.family import Family
-from learners.registry import family
-from schemas.archive import ArchiveHeader, ArchiveRecord
+from banditflow.learners.base import LearnerError
+from banditflow.learners.family import Family
+from banditflow.learners.registry import family
+from banditflow.schemas.archive import ArchiveHeader, ArchiveRecord
 
 
 class ArchiveError(ValueError):

@@ -149,8 +149,8 @@ def traffic(application: Application, events: int, seed: int, workdir: Path) -> 
     """``events`` rounds of ``application``: its log built into ``workdir`` with the make-log
     builder and read by the family's evaluation task, exactly as ``banditflow make-log`` then
     ``banditflow evaluate`` would."""
-    from offline.evaluation import add_evaluate_options, build_task
-    from offline.logs import builders
+    from banditflow.offline.evaluation import add_evaluate_options, build_task
+    from banditflow.offline.logs import builders
 
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / f"{application.log}-{events}-{seed}.json"

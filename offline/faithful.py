@@ -46,10 +46,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from learners.base import LearnerError
-from learners.registry import learner_class
-from processors.processor import ENVELOPE
-from schemas.archive import ARCHIVE_VERSION
+from banditflow.learners.base import LearnerError
+from banditflow.learners.registry import learner_class
+from banditflow.processors.processor import ENVELOPE
+from banditflow.schemas.archive import ARCHIVE_VERSION
 
 Key = tuple[str, str]  # (learner id, event id)
 

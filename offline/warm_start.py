@@ -5,9 +5,9 @@ every revealed loss, the family's own update, and publishes it as ``initial_orac
 config ``banditflow warm-start`` publishes then starts the worker's learner from it. Only
 the rounds with an observed reward and features teach anything.
 
->>> from learners.registry import make_learner
->>> from offline.archive import LoggedRound
->>> from schemas import LearnerConfig
+>>> from banditflow.learners.registry import make_learner
+>>> from banditflow.offline.archive import LoggedRound
+>>> from banditflow.schemas import LearnerConfig
 >>> config = LearnerConfig(learner_id="w", family="graph_cb", algorithm="squarecb",
 ...     params={"actions": 2, "feature_dim": 1, "graph_kind": "bandit", "update": "rls"})
 >>> rounds = [LoggedRound("l", str(i), action=i % 2, actions=2, propensity=0.5, p=None,
@@ -24,11 +24,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from learners.base import LoggedExample
-from learners.registry import learner_class
-from offline.archive import LoggedRound
-from processors.processor import LEARNER_FAILURES
-from schemas import LearnerConfig
+from banditflow.learners.base import LoggedExample
+from banditflow.learners.registry import learner_class
+from banditflow.offline.archive import LoggedRound
+from banditflow.processors.processor import LEARNER_FAILURES
+from banditflow.schemas import LearnerConfig
 
 
 class WarmStartError(ValueError):

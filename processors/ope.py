@@ -4,7 +4,7 @@ live OPE, where a learner's candidate policies are scored on its own live stream
 **Estimators.** A target policy pi is scored on logged rounds (context x_i, logged action
 a_i drawn with propensity mu_i, reward r_i) through per-round weights
 w_i = pi(a_i | x_i) / mu_i. :class:`Sums` keeps the handful of moments the estimators need,
-so that the batch estimators of ``banditflow ope`` (:mod:`offline.ope.evaluation`, which
+so that the batch estimators of ``banditflow ope`` (:mod:`banditflow.offline.ope.evaluation`, which
 builds it from arrays, :meth:`Sums.of`) and the live ones (which add one round at a time)
 are the same formulas:
 
@@ -34,7 +34,8 @@ y = sum pi(j|x) r_j / P(j) and the DR term direct + sum pi(j|x) (r_j - q(x, j)) 
 unbiased for the policy's value whatever the graph (with bandit feedback these are the
 offline w, w r and DR term above; a round that reveals nothing counts with y = 0). When the
 feedback comes, every policy's sums take the round, and the candidates learn
-explore_eval-style (:func:`explore_eval_acceptance`, as :mod:`offline.ope.learning_policy`
+explore_eval-style (:func:`explore_eval_acceptance`, as
+:mod:`banditflow.offline.ope.learning_policy`
 does offline, with a fixed bound per candidate, ``explore_eval_bound``). The reward model is
 a per-action ridge regression on the context's feature vector, updated only when a round's
 feedback arrives, so each round's direct and modelled terms come from earlier rounds
@@ -65,10 +66,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from learners.base import JSON, Learner, LearnerError, check_state_size
-from learners.family import Family
-from learners.registry import learner_class, make_learner
-from processors.redo import LazyGenerator, call_logged
+from banditflow.learners.base import JSON, Learner, LearnerError, check_state_size
+from banditflow.learners.family import Family
+from banditflow.learners.registry import learner_class, make_learner
+from banditflow.processors.redo import LazyGenerator, call_logged
 
 log = logging.getLogger(__name__)
 
@@ -297,7 +298,7 @@ def model_features(params: Mapping[str, Any]) -> int:
 
 class RewardModel:
     """Per action, a ridge regression of the reward on the context's feature vector with an
-    intercept (:mod:`offline.ope.reward_model`'s shared layout), kept as the inverse of
+    intercept (:mod:`banditflow.offline.ope.reward_model`'s shared layout), kept as the inverse of
     X^T X + RIDGE I and X^T r and updated as feedback arrives by Sherman-Morrison (O(d^2) a
     round, no solve); contexts without one flat feature vector of the model's size use the
     intercept alone (a mean reward per action). Predictions are clipped to the range of the
@@ -364,7 +365,8 @@ class Candidate:
     ``born`` is how many decisions its learner had made when the candidate joined: a decision
     made before (a lower decision index) carries no terms of this candidate, or those of a
     predecessor of the same name. Its learner is undone like the live learner's
-    (:mod:`processors.redo`): a call that raised is rolled back to the state just before it.
+    (:mod:`banditflow.processors.redo`): a call that raised is rolled back to the state just before
+    it.
     """
 
     family: str
@@ -516,7 +518,7 @@ class LiveOPE:
 
     Persisted with the learner (``ope`` in its state log value); a decision's part is the
     :class:`Round` :meth:`decide` returns, kept in its
-    :class:`processors.records.DecisionRecord`.
+    :class:`banditflow.processors.records.DecisionRecord`.
     """
 
     family: str
@@ -534,7 +536,7 @@ class LiveOPE:
         carries distributions, each candidate is a valid learner with the same actions,
         features and graph, and the
         learner, candidates and reward model together fit in the state log's budget
-        (:data:`learners.base.MAX_STATE_NUMBERS`)."""
+        (:data:`banditflow.learners.base.MAX_STATE_NUMBERS`)."""
         if not declared.action_distribution:
             raise CandidateError(
                 f"candidates: {declared.name} decisions carry no distribution p over actions, "

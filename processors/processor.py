@@ -1,6 +1,6 @@
 """The event logic of banditflow: decide, pending store, feedback join, timeouts, dedupe.
 
-One :class:`Processor` serves one partition. Its :class:`processors.store.PartitionStore`
+One :class:`Processor` serves one partition. Its :class:`banditflow.processors.store.PartitionStore`
 holds the learner entries, the decision records (open until their feedback is complete,
 then settled and kept ``retention_s`` to re-emit the decision of a re-delivered context and
 to recognise duplicate feedback) and the holds (feedback that arrived before its decision,
@@ -33,11 +33,11 @@ from typing import Any
 
 import orjson
 
-from learners.base import ContradictingFeedback, Learned, Learner, LearnerError
-from learners.registry import family, make_learner
-from processors import stats
-from processors.ope import CandidateError, LiveOPE, PolicyEstimates, log_failure
-from processors.records import (
+from banditflow.learners.base import ContradictingFeedback, Learned, Learner, LearnerError
+from banditflow.learners.registry import family, make_learner
+from banditflow.processors import stats
+from banditflow.processors.ope import CandidateError, LiveOPE, PolicyEstimates, log_failure
+from banditflow.processors.records import (
     DecisionRecord,
     Held,
     Hold,
@@ -49,10 +49,10 @@ from processors.records import (
     Settled,
     Source,
 )
-from processors.redo import LazyGenerator, call_logged, rollback
-from processors.sink import Sink
-from processors.store import PartitionStore, decision_key
-from schemas import (
+from banditflow.processors.redo import LazyGenerator, call_logged, rollback
+from banditflow.processors.sink import Sink
+from banditflow.processors.store import PartitionStore, decision_key
+from banditflow.schemas import (
     Context,
     DeadLetter,
     Feedback,
@@ -137,7 +137,8 @@ class Processor:
     ) -> None:
         """``wall_clock`` stamps ``decided_at`` and dead letters; without it they carry the
         stream time (offline replay, where rounds are the only clock). ``live_ope``: evaluate
-        the learners' candidates (:mod:`processors.ope`); off, they are left as they are."""
+        the learners' candidates (:mod:`banditflow.processors.ope`); off, they are left as they
+        are."""
         self.store = store if store is not None else PartitionStore()
         self.partition = partition
         self.limits = limits or Limits()

@@ -10,7 +10,8 @@
   not been made yet (``kind = "early"``) or a context of a learner whose config has not been
   processed yet (``kind = "awaiting_learner"``, with any feedback already held for it).
 
-Times named ``deadline`` and ``settled_at`` are **stream time** (see :mod:`processors.processor`);
+Times named ``deadline`` and ``settled_at`` are **stream time** (see
+:mod:`banditflow.processors.processor`);
 ``decided_at`` is the worker's wall clock, published with the decision.
 
 >>> record = DecisionRecord(1, 10.0, None, 40.0, {"labels": ["a"]}, {"scores": [0.5]})
@@ -27,10 +28,10 @@ from typing import Any
 
 import orjson
 
-from learners.base import JSON, Learner
-from learners.registry import learner_class
-from processors.ope import LiveOPE, Round
-from schemas.events import SCHEMA_VERSION
+from banditflow.learners.base import JSON, Learner
+from banditflow.learners.registry import learner_class
+from banditflow.processors.ope import LiveOPE, Round
+from banditflow.schemas.events import SCHEMA_VERSION
 
 
 class Settled(StrEnum):
@@ -79,7 +80,8 @@ class Source:
 
 @dataclass(slots=True, kw_only=True)
 class LearnerSettings:
-    """A learner's config as the processors read it: the fields of :class:`schemas.LearnerConfig`.
+    """A learner's config as the processors read it: the fields of
+    :class:`banditflow.schemas.LearnerConfig`.
 
     Its JSON form is the config's ``model_dump(mode="json")``, keys in the same order, without
     ``candidates`` when there are none (the state log's ``c/<id>`` values are those of logs
@@ -253,7 +255,8 @@ class DecisionRecord:
 
 @dataclass(slots=True)
 class Published:
-    """A decision as published on the decisions topic (schema: :class:`schemas.Decision`).
+    """A decision as published on the decisions topic (schema:
+    :class:`banditflow.schemas.Decision`).
 
     A plain record rather than the pydantic model: it is built for every decision, and its
     JSON is written with orjson (tests/unit/test_processor.py checks it against the schema).

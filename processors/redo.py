@@ -4,8 +4,8 @@ A learner's calls are deterministic given its state and their arguments (the gen
 decision is a function of the seed and the event id, :func:`event_seed`), so a call that
 raised is undone by rebuilding the learner from its last checkpoint and replaying the calls
 since (:func:`call_logged`, :func:`rollback`). The processor's live learners
-(:class:`processors.records.LearnerEntry`) and live OPE's candidates
-(:class:`processors.ope.Candidate`) share this: both import it, neither the other.
+(:class:`banditflow.processors.records.LearnerEntry`) and live OPE's candidates
+(:class:`banditflow.processors.ope.Candidate`) share this: both import it, neither the other.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from learners.base import JSON, Learner
+from banditflow.learners.base import JSON, Learner
 
 # Learner calls between two checkpoints of a learner's state (bounds the redo log offline,
 # where no commit checkpoints it).

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from processors.ope import PolicyEstimates
-from processors.records import Outcome
+from banditflow.processors.ope import PolicyEstimates
+from banditflow.processors.records import Outcome
 
 
 class Sink:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from learners.base import Learner, Stats
-from learners.base import add_stat as add
+from banditflow.learners.base import Learner, Stats
+from banditflow.learners.base import add_stat as add
 
 
 def on_decided(

@@ -7,7 +7,7 @@ Streams' record cache), so a learner touched by a thousand events is written onc
 decision opened and settled between two commits is written once, settled.
 
 Deadlines are indexed in one heap per kind, judged against the stream clock that kind
-waits on (see :class:`processors.processor.StreamTimes`): a tick costs what expires plus
+waits on (see :class:`banditflow.processors.processor.StreamTimes`): a tick costs what expires plus
 O(log n) per expiry, not a scan of what is pending. Heap entries are not removed when a
 record changes; a popped entry counts only if the record still has that deadline.
 
@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from learners.base import JSON
-from processors.records import DecisionRecord, Hold, HoldKind, LearnerEntry, Settled
+from banditflow.learners.base import JSON
+from banditflow.processors.records import DecisionRecord, Hold, HoldKind, LearnerEntry, Settled
 
 # Key prefixes in the state log: a learner's config and its learning part (apart, so that
 # the config is not rewritten with every update), open decisions, settled decisions (apart,

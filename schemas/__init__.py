@@ -4,7 +4,7 @@ Every event carries ``schema_version``; this build reads versions up to
 :data:`SCHEMA_VERSION`. The JSON Schema files beside this module are generated from these
 models (``banditflow schemas --write``) and a test fails when the two drift apart.
 
->>> from schemas import Context, parse_event, Limits
+>>> from banditflow.schemas import Context, parse_event, Limits
 >>> ctx = parse_event(b'{"learner_id": "shop", "event_id": "e1", "labels": ["a", "b"],'
 ...                   b' "scores": [0.9, 0.2]}', Context, Limits())
 >>> ctx.labels
@@ -13,7 +13,7 @@ models (``banditflow schemas --write``) and a test fails when the two drift apar
 
 from __future__ import annotations
 
-from schemas.events import (
+from banditflow.schemas.events import (
     SCHEMA_VERSION,
     Context,
     DeadLetter,
@@ -22,7 +22,7 @@ from schemas.events import (
     LearnerConfig,
     Truth,
 )
-from schemas.parsing import Limits, Rejected, parse_event
+from banditflow.schemas.parsing import Limits, Rejected, parse_event
 
 MODELS = {
     "learner_config": LearnerConfig,

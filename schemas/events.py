@@ -13,9 +13,9 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from learners.base import LearnerError
-from learners.family import Family, FieldSpec
-from learners.registry import families
+from banditflow.learners.base import LearnerError
+from banditflow.learners.family import Family, FieldSpec
+from banditflow.learners.registry import families
 
 SCHEMA_VERSION = 1
 
@@ -179,7 +179,8 @@ def check_declared(declared: Family) -> None:
 
 
 def _sized() -> dict[str, str]:
-    """Context field -> the :class:`schemas.Limits` attribute bounding it, of every family."""
+    """Context field -> the :class:`banditflow.schemas.Limits` attribute bounding it, of every
+    family."""
     merged: dict[str, str] = {}
     for declared in families().values():
         for name, limit in declared.sized.items():

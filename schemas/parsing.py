@@ -7,7 +7,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from schemas.events import SIZED
+from banditflow.schemas.events import SIZED
 
 T = TypeVar("T", bound=BaseModel)
 

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from schemas import MODELS, SCHEMA_VERSION
-from schemas.archive import check_archive_schema, write_archive_schema
+from banditflow.schemas import MODELS, SCHEMA_VERSION
+from banditflow.schemas.archive import check_archive_schema, write_archive_schema
 
 DIRECTORY = Path(__file__).resolve().parent
 

@@ -1,6 +1,6 @@
 """``banditflow archive``: copy the learners, contexts, decisions, feedback, truth and
-deadletter topics of a prefix into one archive file (:mod:`schemas.archive`, read by
-:mod:`offline.archive`).
+deadletter topics of a prefix into one archive file (:mod:`banditflow.schemas.archive`, read by
+:mod:`banditflow.offline.archive`).
 
 The archiver reads every partition of the six topics without a consumer group (it commits
 nothing and changes nothing on the broker), from their beginning with ``from_beginning``,
@@ -21,9 +21,9 @@ from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 
-from offline.archive import ArchiveWriter
-from schemas.archive import ARCHIVED_TOPICS
-from streams.topics import TopicError, Topics
+from banditflow.offline.archive import ArchiveWriter
+from banditflow.schemas.archive import ARCHIVED_TOPICS
+from banditflow.streams.topics import TopicError, Topics
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from schemas import Limits
+from banditflow.schemas import Limits
 
 DEFAULT_BOOTSTRAP = os.environ.get("BANDITFLOW_BOOTSTRAP", "127.0.0.1:9092")
 
@@ -130,8 +130,8 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
 
 
 def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is lazy: aiokafka)
-    from streams.broker import is_tansu
-    from streams.worker import WorkerSettings
+    from banditflow.streams.broker import is_tansu
+    from banditflow.streams.worker import WorkerSettings
 
     session, fetch_wait = args.session_timeout, args.fetch_wait_ms
     if session is None or fetch_wait is None:
@@ -159,7 +159,7 @@ def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is l
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
-    from streams.broker import EmbeddedBroker
+    from banditflow.streams.broker import EmbeddedBroker
 
     with EmbeddedBroker(args.host, args.port) as broker:
         print(
@@ -179,9 +179,9 @@ def cmd_broker(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     import logging
 
-    from streams.broker import wait_for_broker
-    from streams.topics import Topics, ensure_topics
-    from streams.worker import RepeatFilter, run_worker
+    from banditflow.streams.broker import wait_for_broker
+    from banditflow.streams.topics import Topics, ensure_topics
+    from banditflow.streams.worker import RepeatFilter, run_worker
 
     logging.basicConfig(
         level=args.loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -195,7 +195,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_schemas(args: argparse.Namespace) -> int:
-    from schemas.published import check_published, write_published
+    from banditflow.schemas.published import check_published, write_published
 
     if args.write:
         for path in write_published():
@@ -208,14 +208,14 @@ def cmd_schemas(args: argparse.Namespace) -> int:
 
 
 def run_kcat(kcat_args: list[str]) -> int:
-    from streams.kcat import kcat_command
+    from banditflow.streams.kcat import kcat_command
 
     command, env = kcat_command(kcat_args)
     os.execvpe(command[0], command, env)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from streams.simulate import SimulationSettings, run_simulation
+    from banditflow.streams.simulate import SimulationSettings, run_simulation
 
     report = run_simulation(SimulationSettings.from_args(args))
     print(report.render())
@@ -223,8 +223,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from offline.evaluation import run_evaluate
-    from offline.evaluation.replay import LogError, ReplayError
+    from banditflow.offline.evaluation import run_evaluate
+    from banditflow.offline.evaluation.replay import LogError, ReplayError
 
     try:
         return run_evaluate(args)
@@ -233,7 +233,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_make_log(args: argparse.Namespace) -> int:
-    from offline.logs import builders
+    from banditflow.offline.logs import builders
 
     known = builders()
     if args.task not in known:
@@ -244,9 +244,9 @@ def cmd_make_log(args: argparse.Namespace) -> int:
 
 
 def cmd_archive(args: argparse.Namespace) -> int:
-    from streams.archive import ArchiveSettings, run_archive
-    from streams.broker import wait_for_broker
-    from streams.topics import TopicError
+    from banditflow.streams.archive import ArchiveSettings, run_archive
+    from banditflow.streams.broker import wait_for_broker
+    from banditflow.streams.topics import TopicError
 
     wait_for_broker(args.bootstrap)
     settings = ArchiveSettings(args.bootstrap, args.prefix, args.out, args.from_beginning,
@@ -262,11 +262,11 @@ def cmd_archive(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from offline.archive import ArchiveError
-    from offline.faithful import FaithfulError
-    from streams.broker import wait_for_broker
-    from streams.replay import ReplaySettings, run_replay
-    from streams.topics import TopicError, Topics, ensure_topics
+    from banditflow.offline.archive import ArchiveError
+    from banditflow.offline.faithful import FaithfulError
+    from banditflow.streams.broker import wait_for_broker
+    from banditflow.streams.replay import ReplaySettings, run_replay
+    from banditflow.streams.topics import TopicError, Topics, ensure_topics
 
     try:
         settings = ReplaySettings(args.bootstrap, args.prefix, args.log, args.speed, args.start,
@@ -287,12 +287,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_warm_start(args: argparse.Namespace) -> int:
     from kafka import KafkaProducer
 
-    from offline.archive import ArchiveError, joined_rounds, read_archive
-    from offline.formats import import_log
-    from offline.warm_start import warm_config
-    from schemas import LearnerConfig
-    from streams.broker import wait_for_broker
-    from streams.topics import TopicError, Topics, ensure_topics
+    from banditflow.offline.archive import ArchiveError, joined_rounds, read_archive
+    from banditflow.offline.formats import import_log
+    from banditflow.offline.warm_start import warm_config
+    from banditflow.schemas import LearnerConfig
+    from banditflow.streams.broker import wait_for_broker
+    from banditflow.streams.topics import TopicError, Topics, ensure_topics
 
     try:
         config = LearnerConfig.model_validate_json(args.config.read_bytes())
@@ -330,8 +330,8 @@ def cmd_warm_start(args: argparse.Namespace) -> int:
 
 
 def cmd_import_log(args: argparse.Namespace) -> int:
-    from offline.archive import write_archive
-    from offline.formats import import_log
+    from banditflow.offline.archive import write_archive
+    from banditflow.offline.formats import import_log
 
     try:
         records, report = import_log(args.log, args.format, args.learner_id, args.dims)
@@ -345,11 +345,11 @@ def cmd_import_log(args: argparse.Namespace) -> int:
 def cmd_ope(args: argparse.Namespace) -> int:
     import json
 
-    from offline.archive import ArchiveError, joined_rounds, read_archive
-    from offline.formats import import_log
-    from offline.ope.evaluation import evaluate
-    from offline.ope.policies import PolicyError, parse_policy
-    from offline.ope.reward_model import FeatureError
+    from banditflow.offline.archive import ArchiveError, joined_rounds, read_archive
+    from banditflow.offline.formats import import_log
+    from banditflow.offline.ope.evaluation import evaluate
+    from banditflow.offline.ope.policies import PolicyError, parse_policy
+    from banditflow.offline.ope.reward_model import FeatureError
 
     try:
         policies = [parse_policy(spec) for spec in args.policy]
@@ -376,7 +376,7 @@ def cmd_ope(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from streams.demo import run_demo
+    from banditflow.streams.demo import run_demo
 
     return run_demo(args)
 
@@ -408,7 +408,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("simulate", help="play a simulated application against running workers")
     _common_kafka(p)
     if wanted("simulate"):
-        from streams.simulate import add_simulation_options
+        from banditflow.streams.simulate import add_simulation_options
 
         add_simulation_options(p, family_default=None)
     p.set_defaults(func=cmd_simulate)
@@ -419,7 +419,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "live view; stops by itself, prints a summary and writes a report",
     )
     if wanted("demo"):
-        from streams.demo import add_demo_options
+        from banditflow.streams.demo import add_demo_options
 
         add_demo_options(p)
     p.set_defaults(func=cmd_demo)
@@ -427,7 +427,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("evaluate", help="replay a log through the processors offline and "
                                         "report (summary.json, trajectory.jsonl, plots)")
     if wanted("evaluate"):
-        from offline.evaluation import add_evaluate_options
+        from banditflow.offline.evaluation import add_evaluate_options
 
         add_evaluate_options(p)
     p.set_defaults(func=cmd_evaluate)

@@ -1,9 +1,10 @@
 """``banditflow demo``: the embedded broker, a worker and one simulated application per family.
 
 Each family's application drives its learner and a baseline on the same traffic
-(:data:`offline.environments.APPLICATIONS`); a live view shows them learning; the demo stops
+(:data:`banditflow.offline.environments.APPLICATIONS`); a live view shows them learning; the demo
+stops
 by itself, prints a summary read from the worker's real ``/metrics`` endpoint, checks that
-convergence showed (:func:`streams.demo_report.checks`) and writes a report (HTML and PNG
+convergence showed (:func:`banditflow.streams.demo_report.checks`) and writes a report (HTML and PNG
 plots) under ``runs/``.
 """
 
@@ -18,10 +19,16 @@ import time
 import urllib.error
 from pathlib import Path
 
-from offline.environments import APPLICATIONS
-from streams.broker import EmbeddedBroker, port_open
-from streams.scrape import fetch, value
-from streams.simulate import RECENT, SimulationReport, SimulationSettings, prepare, simulate
+from banditflow.offline.environments import APPLICATIONS
+from banditflow.streams.broker import EmbeddedBroker, port_open
+from banditflow.streams.scrape import fetch, value
+from banditflow.streams.simulate import (
+    RECENT,
+    SimulationReport,
+    SimulationSettings,
+    prepare,
+    simulate,
+)
 
 # Contexts per family (each to the learner and to its baseline) and their rate per second,
 # chosen so that every family shows convergence within about a minute on 2 shared cores:
@@ -35,7 +42,7 @@ def start_worker(
     command = [
         sys.executable,
         "-m",
-        "streams.cli",
+        "banditflow.streams.cli",
         "worker",
         "--bootstrap",
         bootstrap,
@@ -161,7 +168,7 @@ def wait_for_feedback(url: str, reports: list[SimulationReport], timeout_s: floa
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from streams.demo_report import checks, summary_rows, write_report
+    from banditflow.streams.demo_report import checks, summary_rows, write_report
 
     families = args.family or list(APPLICATIONS)
     out: Path = args.out
@@ -220,7 +227,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
 def summary_text(rows: list[dict], verdicts: list, reports: list[SimulationReport],
                  elapsed: float) -> str:
-    from streams.demo_report import summary_table
+    from banditflow.streams.demo_report import summary_table
 
     decided = sum(r.decided for r in reports)
     return "\n".join([

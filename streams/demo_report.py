@@ -1,7 +1,7 @@
 """The demo's summary, convergence checks and report (HTML with PNG plots).
 
 The summary figures come from the worker's ``/metrics``; the curves from the applications'
-own tallies (:class:`streams.simulate.LearnerTally`), which follow the same definitions.
+own tallies (:class:`banditflow.streams.simulate.LearnerTally`), which follow the same definitions.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from streams.scrape import value
-from streams.simulate import SimulationReport
+from banditflow.streams.scrape import value
+from banditflow.streams.simulate import SimulationReport
 
 SET_SIZE_TOLERANCE = 0.20  # conformal: recent set size within 20 % of the oracle's
 # conformal: coverage "at target" means the guarantee holds: coverage over the run (the

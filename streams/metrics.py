@@ -18,10 +18,10 @@ from prometheus_client import (
     Counter as PromCounter,
 )
 
-from learners.registry import families
-from processors.ope import Estimate, PolicyEstimates
-from processors.records import Outcome
-from processors.sink import Sink
+from banditflow.learners.registry import families
+from banditflow.processors.ope import Estimate, PolicyEstimates
+from banditflow.processors.records import Outcome
+from banditflow.processors.sink import Sink
 
 # The *_created series double every counter and histogram for no use on our dashboards.
 disable_created_metrics()
@@ -51,7 +51,7 @@ def learner_gauges() -> dict[str, str]:
 
 
 class PrometheusSink(Sink):
-    """A :class:`processors.sink.Sink` backed by a prometheus_client registry."""
+    """A :class:`banditflow.processors.sink.Sink` backed by a prometheus_client registry."""
 
     def __init__(self, max_learners: int = 100, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()

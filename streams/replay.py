@@ -1,6 +1,6 @@
 """``banditflow replay``: produce an archive's inputs into the topics of a prefix.
 
-The learners, contexts, feedback and truth records of an archive (:mod:`schemas.archive`;
+The learners, contexts, feedback and truth records of an archive (:mod:`banditflow.schemas.archive`;
 decisions are the workers' output, not replayed) go to ``<prefix>.<topic>`` with their keys
 and values, in the archive's order (which keeps each partition's order), so a learner's
 records land on the same partition of topics with the same partition count. ``speed`` 0
@@ -17,7 +17,8 @@ before is ignored, and a config equal to the current one only updates its timeou
 Without ``faithful``, a worker interleaves the replayed contexts and feedback as it reads
 them, which may differ from the live run: a learner may decide a context before or after a
 feedback it saw the other way round live, and decide differently from then on. With
-``faithful``, the replay keeps each learner's live order (:mod:`offline.faithful`): it sends
+``faithful``, the replay keeps each learner's live order (:mod:`banditflow.offline.faithful`): it
+sends
 a learner's contexts and feedback in that order, contexts with ``after_updates``, each
 feedback once the replay's workers have published (on ``<prefix>.decisions``) the decisions
 made before it live; truth and contexts sent again follow their decision. At the end every
@@ -36,8 +37,8 @@ from typing import Any
 import orjson
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from offline.archive import read_archive
-from offline.faithful import FaithfulError, FaithfulPlan, Key, Step, faithful_plan
+from banditflow.offline.archive import read_archive
+from banditflow.offline.faithful import FaithfulError, FaithfulPlan, Key, Step, faithful_plan
 
 REPLAYED_TOPICS = ("learners", "contexts", "feedback", "truth")
 

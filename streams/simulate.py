@@ -5,7 +5,8 @@ It talks to the broker like any real client would (aiokafka, default murmur2 par
 contexts go to ``contexts``, decisions are read from ``decisions``, and after a random delay
 the feedback goes to ``feedback`` and the ground truth to ``truth`` (from which the worker
 computes exact regret). What it plays is the family's offline evaluation task on a bundled
-log (:mod:`offline.environments`), so the live and the offline runs answer a decision alike.
+log (:mod:`banditflow.offline.environments`), so the live and the offline runs answer a decision
+alike.
 With a baseline, every context goes to the learner and to the baseline (same event id, same
 traffic), and each decision gets its own feedback.
 
@@ -29,10 +30,10 @@ from typing import Any
 import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from learners.base import Learner, Stats, add_stat
-from learners.registry import learner_class
-from offline.environments import APPLICATIONS, Traffic, traffic
-from streams.topics import Topics
+from banditflow.learners.base import Learner, Stats, add_stat
+from banditflow.learners.registry import learner_class
+from banditflow.offline.environments import APPLICATIONS, Traffic, traffic
+from banditflow.streams.topics import Topics
 
 RECENT = 500  # decisions in the "recent" coverage and set size (what convergence shows)
 

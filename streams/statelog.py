@@ -50,9 +50,9 @@ import zstandard
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import OffsetOutOfRangeError
 
-from learners.base import JSON
-from processors.store import Changes, PartitionStore
-from streams.fetch_wait import FetchWait, set_fetch_wait
+from banditflow.learners.base import JSON
+from banditflow.processors.store import Changes, PartitionStore
+from banditflow.streams.fetch_wait import FetchWait, set_fetch_wait
 
 log = logging.getLogger("banditflow.statelog")
 

@@ -43,21 +43,21 @@ from aiokafka.errors import KafkaError
 from aiokafka.protocol.group import LeaveGroupRequest
 from aiokafka.structs import ConsumerRecord
 
-from learners.base import LearnerError
-from learners.registry import algorithms, families
-from processors import Emitted, PartitionStore, Processor, Source, StreamTimes
-from processors.store import Changes
-from schemas import DeadLetter, Limits
-from streams.fetch_wait import FetchWait, set_fetch_wait
-from streams.metrics import CONTENT_TYPE, PrometheusSink
-from streams.statelog import (
+from banditflow.learners.base import LearnerError
+from banditflow.learners.registry import algorithms, families
+from banditflow.processors import Emitted, PartitionStore, Processor, Source, StreamTimes
+from banditflow.processors.store import Changes
+from banditflow.schemas import DeadLetter, Limits
+from banditflow.streams.fetch_wait import FetchWait, set_fetch_wait
+from banditflow.streams.metrics import CONTENT_TYPE, PrometheusSink
+from banditflow.streams.statelog import (
     LogReader,
     PartitionLog,
     StateLogError,
     StateLogLost,
     read_partitions,
 )
-from streams.topics import TopicError, Topics, ensure_topics, partition_for, state_topic
+from banditflow.streams.topics import TopicError, Topics, ensure_topics, partition_for, state_topic
 
 log = logging.getLogger("banditflow.worker")
 

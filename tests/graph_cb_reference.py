@@ -1,5 +1,5 @@
 """cvxpy reference solver of min_p dec_gamma(p) (tests and benchmarks only: the correctness
-oracle for :func:`learners.graph_cb.min_dec_distribution`, not a production path).
+oracle for :func:`banditflow.learners.graph_cb.min_dec_distribution`, not a production path).
 
 It follows the paper (App. A.3): variables p and an auxiliary variable v = G^T p (which keeps
 the problem DPP, so one compiled problem serves every f, G, gamma of a size), quad_over_lin

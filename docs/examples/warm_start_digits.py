@@ -15,12 +15,12 @@ import sys
 
 import numpy as np
 
-from learners.registry import make_learner
-from offline.archive import joined_rounds
-from offline.formats import EventNumbers, imported_round
-from offline.warm_start import warm_config
-from processors.redo import event_seed
-from schemas import LearnerConfig
+from banditflow.learners.registry import make_learner
+from banditflow.offline.archive import joined_rounds
+from banditflow.offline.formats import EventNumbers, imported_round
+from banditflow.offline.warm_start import warm_config
+from banditflow.processors.redo import event_seed
+from banditflow.schemas import LearnerConfig
 
 PARAMS = {"actions": 10, "feature_dim": 64, "graph_kind": "bandit", "update": "rls"}
 

@@ -11,7 +11,8 @@ O_j KL(thetahat_j, 1.0) >= alpha(t)", plays the revealer (regret 0.5) while an a
 exploits (regret 0) otherwise. ``alpha(t)`` is ``log t`` (``--alpha log``, the spec's [R]
 choice) or ``log t - log max(log t, 1)`` (``--alpha log_minus_loglog``, ``lp_policy``'s
 default since issue 16; the two forms are copied from
-``learners.prob_graph.lp_policy.exploration_level``). No warm-up, no noisy plug-in gaps or LP, no
+``banditflow.learners.prob_graph.lp_policy.exploration_level``). No warm-up, no noisy plug-in gaps
+or LP, no
 direct plays. Its regret is nonetheless well above C* log T at T = 10^5: the test waits for
 the *slowest* of the K - 2 arms, all served by the same revealer plays, a second-order term
 (about sqrt(log T log K) observations per arm) that C* log T leaves out. A policy with

@@ -1,11 +1,11 @@
 """The ``conformal`` family: online prediction sets under semi-bandit feedback."""
 
-from learners.base import Learner
-from learners.conformal.aci import ACI
-from learners.conformal.dlr import DLR
-from learners.conformal.etc import ETC, ConETC
-from learners.conformal.greedy import Greedy
-from learners.conformal.sps import SPS
+from banditflow.learners.base import Learner
+from banditflow.learners.conformal.aci import ACI
+from banditflow.learners.conformal.dlr import DLR
+from banditflow.learners.conformal.etc import ETC, ConETC
+from banditflow.learners.conformal.greedy import Greedy
+from banditflow.learners.conformal.sps import SPS
 
 ALGORITHMS: dict[str, type[Learner]] = {
     "sps": SPS,

@@ -30,7 +30,7 @@ Parameters: ``alpha`` target coverage (default 0.9); ``gamma`` step size (defaul
 the paper grid-searches {0.001, 0.002, 0.004, ..., 0.128}); ``window`` (default 1000).
 
 >>> import numpy as np
->>> from learners.conformal.aci import ACI
+>>> from banditflow.learners.conformal.aci import ACI
 >>> rng = np.random.default_rng(0)
 >>> aci = ACI.from_params({"alpha": 0.9, "gamma": 0.005})
 >>> above_optimum = 0
@@ -51,8 +51,8 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any, ClassVar, Self
 
-from learners.base import LearnerError, check_unknown, require
-from learners.conformal.base import ConformalLearner, target_coverage
+from banditflow.learners.base import LearnerError, check_unknown, require
+from banditflow.learners.conformal.base import ConformalLearner, target_coverage
 
 
 class ACI(ConformalLearner):

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from learners.base import (
+from banditflow.learners.base import (
     ContradictingFeedback,
     Decided,
     Learned,
@@ -24,7 +24,7 @@ from learners.base import (
     add_stat,
     require,
 )
-from learners.conformal.regret import conformal_round_regret
+from banditflow.learners.conformal.regret import conformal_round_regret
 
 
 def target_coverage(params: Mapping[str, Any]) -> float:

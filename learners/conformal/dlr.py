@@ -27,7 +27,7 @@ Parameters: ``alpha`` target coverage (default 0.9); ``lr`` (default 1.0);
 ``initial_threshold`` (default 0.0). State: ``tau`` and ``t``.
 
 >>> import numpy as np
->>> from learners.conformal.dlr import DLR
+>>> from banditflow.learners.conformal.dlr import DLR
 >>> rng = np.random.default_rng(0)
 >>> dlr = DLR.from_params({"alpha": 0.9, "lr": 0.1})
 >>> covered_rounds = 0
@@ -47,8 +47,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar, Self
 
-from learners.base import LearnerError, check_unknown, require
-from learners.conformal.base import ConformalLearner, target_coverage
+from banditflow.learners.base import LearnerError, check_unknown, require
+from banditflow.learners.conformal.base import ConformalLearner, target_coverage
 
 STEP_DECAY = 0.6  # eta_t = lr * t^(-STEP_DECAY): the paper's t^(-1/2 - eps) with eps = 0.1
 

@@ -31,7 +31,7 @@ Parameters: ``alpha`` target coverage (default 0.9); ``horizon`` T (required);
 ``explore_rounds`` m (default above; 1 <= m <= T).
 
 >>> import numpy as np
->>> from learners.conformal.etc import ETC
+>>> from banditflow.learners.conformal.etc import ETC
 >>> rng = np.random.default_rng(0)
 >>> etc = ETC.from_params({"alpha": 0.9, "horizon": 2000, "explore_rounds": 500})
 >>> for t in range(2000):  # the true label "a" scores U(0, 1), so tau* = 0.1
@@ -52,9 +52,9 @@ import math
 from collections.abc import Mapping
 from typing import Any, ClassVar, Self
 
-from learners.base import LearnerError, check_unknown, require
-from learners.conformal.base import ConformalLearner, target_coverage
-from learners.conformal.sps import fixed_log_term
+from banditflow.learners.base import LearnerError, check_unknown, require
+from banditflow.learners.conformal.base import ConformalLearner, target_coverage
+from banditflow.learners.conformal.sps import fixed_log_term
 
 
 def sps_burn_in(alpha: float, horizon: int) -> int:

@@ -1,4 +1,4 @@
-"""The conformal family's front door (see :mod:`learners.family`)."""
+"""The conformal family's front door (see :mod:`banditflow.learners.family`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, field_validator, model_validator
 
-from learners.family import Family
+from banditflow.learners.family import Family
 
 # An integer label is a 64-bit integer: decisions and the state log encode it as one.
 Label = str | Annotated[int, Field(ge=-(2**63), lt=2**63)]
@@ -41,7 +41,7 @@ def _label_or_missed(feedback: Any) -> Any:
 
 FAMILY = Family(
     name="conformal",
-    algorithms="learners.conformal",
+    algorithms="banditflow.learners.conformal",
     context={
         "labels": (list[Label] | None, Field(None, description="conformal: candidate labels")),
         "scores": (list[float] | None, Field(None, description="conformal: one score per label")),
@@ -76,6 +76,6 @@ FAMILY = Family(
         "mean_set_size": "Mean prediction-set size (conformal)",
         "threshold": "Current score threshold tau; -Inf means the full label set (conformal)",
     },
-    evaluation="offline.evaluation.conformal",
-    logs=("offline.logs.conformal_synthetic", "offline.logs.conformal_tasks"),
+    evaluation="banditflow.offline.evaluation.conformal",
+    logs=("banditflow.offline.logs.conformal_synthetic", "banditflow.offline.logs.conformal_tasks"),
 )

@@ -34,7 +34,7 @@ Parameters: ``alpha`` target coverage (default 0.9); ``horizon`` T (required; it
 the memory).
 
 >>> import numpy as np
->>> from learners.conformal.greedy import Greedy
+>>> from banditflow.learners.conformal.greedy import Greedy
 >>> rng = np.random.default_rng(0)
 >>> greedy = Greedy.from_params({"alpha": 0.9, "horizon": 2000})
 >>> thresholds = []
@@ -54,9 +54,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar, Self
 
-from learners.base import LearnerError, check_unknown, require
-from learners.conformal.base import target_coverage
-from learners.conformal.sps import SPS
+from banditflow.learners.base import LearnerError, check_unknown, require
+from banditflow.learners.conformal.base import target_coverage
+from banditflow.learners.conformal.sps import SPS
 
 
 class Greedy(SPS):

@@ -46,7 +46,7 @@ of the bounded learner contains the optimal set; the price is only a slower appr
 ``tau*`` (regret), never coverage.
 
 >>> import numpy as np
->>> from learners.conformal.sps import SPS
+>>> from banditflow.learners.conformal.sps import SPS
 >>> rng = np.random.default_rng(0)
 >>> sps = SPS.from_params({"alpha": 0.9, "horizon": 2000})
 >>> for t in range(2000):  # the true label "a" scores U(0, 1), so tau* = 0.1
@@ -66,8 +66,8 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from learners.base import LearnerError, check_unknown, require
-from learners.conformal.base import ConformalLearner, target_coverage
+from banditflow.learners.base import LearnerError, check_unknown, require
+from banditflow.learners.conformal.base import ConformalLearner, target_coverage
 
 MIN_MAX_VALUES = 16
 

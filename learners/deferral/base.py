@@ -24,7 +24,7 @@ budget-safety machinery lives here once:
   is never applied twice and the timeout knows what is missing.
 
 >>> import numpy as np
->>> from learners.deferral import ALGORITHMS
+>>> from banditflow.learners.deferral import ALGORITHMS
 >>> learner = ALGORITHMS["arbitrary_human"].from_params(
 ...     {"dim": 2, "budget": 1.5, "horizon": 10, "feedback": "full"})
 >>> rng = np.random.default_rng(0)
@@ -51,7 +51,7 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from learners.base import (
+from banditflow.learners.base import (
     JSON,
     ContradictingFeedback,
     Decided,
@@ -63,7 +63,7 @@ from learners.base import (
     check_unknown,
     require,
 )
-from learners.deferral.regret import opt_reward, record_truth
+from banditflow.learners.deferral.regret import opt_reward, record_truth
 
 FEEDBACK_MODES = ("full", "bandit")
 NORM_TOLERANCE = 1e-9
@@ -366,7 +366,7 @@ class DeferralLearner(Learner):
         self.partial = {str(key): list(parts) for key, parts in state["partial"].items()}
 
     def summary(self) -> dict[str, float | list[float]]:
-        """Live values, named as the family's gauges (``learners.deferral.family``):
+        """Live values, named as the family's gauges (``banditflow.learners.deferral.family``):
         ``budget`` (B per period of ``horizon`` rounds), ``budget_spent`` (settled cost),
         ``budget_reserved`` (outstanding reservations), ``budget_remaining``
         (``B - spent - reserved``), and the current period's ``deferral_rate``; all of the

@@ -9,10 +9,10 @@
   ``model_reward_estimate``, or ``mu(x . model_theta)`` when the parameter ``model_theta``
   (with ``link``) is given. The paper plots the *best threshold in hindsight*, which needs the
   whole stream and is not feasible online; compute it offline with
-  :func:`learners.deferral.opt.best_reject_threshold` and pass it as ``threshold``.
+  :func:`banditflow.learners.deferral.opt.best_reject_threshold` and pass it as ``threshold``.
 
 >>> import numpy as np
->>> from learners.deferral.baselines import BestReject
+>>> from banditflow.learners.deferral.baselines import BestReject
 >>> learner = BestReject.from_params({"dim": 2, "budget": 5.0, "horizon": 10, "threshold": 0.4,
 ...                                   "model_theta": [0.9, 0.1]})
 >>> rng = np.random.default_rng(0)
@@ -30,9 +30,9 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from learners.base import LearnerError, require
-from learners.deferral.base import Choice, DeferralLearner, Settings
-from learners.deferral.estimators import LINKS, link_mean
+from banditflow.learners.base import LearnerError, require
+from banditflow.learners.deferral.base import Choice, DeferralLearner, Settings
+from banditflow.learners.deferral.estimators import LINKS, link_mean
 
 
 class ModelOnly(DeferralLearner):

@@ -12,7 +12,7 @@ reward; the human: reward and cost):
   a stream cannot keep the history that the exact MLE needs.
 
 >>> import numpy as np
->>> from learners.deferral.estimators import Arm
+>>> from banditflow.learners.deferral.estimators import Arm
 >>> arm = Arm.fresh(dim=2, ridge=1.0, links={"reward": "identity"})
 >>> for x, y in [([1.0, 0.0], 1.0), ([0.0, 1.0], 0.0), ([1.0, 0.0], 1.0)]:
 ...     arm.update(np.array(x), {"reward": y})

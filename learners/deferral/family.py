@@ -1,15 +1,15 @@
-"""The deferral family's front door (see :mod:`learners.family`)."""
+"""The deferral family's front door (see :mod:`banditflow.learners.family`)."""
 
 from __future__ import annotations
 
 from pydantic import Field
 
-from learners.family import Family
-from learners.fields import FEATURES
+from banditflow.learners.family import Family
+from banditflow.learners.fields import FEATURES
 
 FAMILY = Family(
     name="deferral",
-    algorithms="learners.deferral",
+    algorithms="banditflow.learners.deferral",
     context={"features": FEATURES},
     sized={"features": "max_features"},
     feedback={
@@ -36,6 +36,6 @@ FAMILY = Family(
         "opt_reward": "OPT of the rounds with ground truth, budget pro-rated (deferral)",
         "deferral_rate": "Fraction of decisions deferred to the human (deferral)",
     },
-    evaluation="offline.evaluation.deferral",
-    logs=("offline.logs.deferral",),
+    evaluation="banditflow.offline.evaluation.deferral",
+    logs=("banditflow.offline.logs.deferral",),
 )

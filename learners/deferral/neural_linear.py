@@ -5,10 +5,11 @@ human's cost), each ``x -> Linear(d, H) -> ReLU -> Linear(H, 1) -> sigmoid`` wit
 ``H = hidden_size`` (default 50). Their penultimate layers ``phi_m(x), phi_h(x), phi_c(x)``
 (the H ReLU units) are the contexts of the linear UCB algorithm: per quantity a ridge
 regression on its embedding, ``M = ridge I + sum phi phi^T`` over the stored observations, and
-the bounds of :class:`learners.deferral.ucb.UCB` with the confidence radius computed for
+the bounds of :class:`banditflow.learners.deferral.ucb.UCB` with the confidence radius computed for
 dimension H. Everything else is the UCB learner's, inherited unchanged: the dual price
 (multiplicative weights), the warm-up and the budget machinery of
-:class:`learners.deferral.base.DeferralLearner` (a deferral reserves ``c_max``, settles on the
+:class:`banditflow.learners.deferral.base.DeferralLearner` (a deferral reserves ``c_max``, settles
+on the
 human part, a timeout charges the reservation), so a period's spend never exceeds ``B``.
 
 Training. Observations (the model's reward on every decision in ``full`` mode, the human's
@@ -43,11 +44,11 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from learners.base import JSON, LearnerError, check_state_size, require
-from learners.deferral.base import DeferralLearner, Settings
-from learners.deferral.estimators import Arm, Estimate
-from learners.deferral.ucb import UCB
-from learners.torch_support import import_torch, one_thread
+from banditflow.learners.base import JSON, LearnerError, check_state_size, require
+from banditflow.learners.deferral.base import DeferralLearner, Settings
+from banditflow.learners.deferral.estimators import Arm, Estimate
+from banditflow.learners.deferral.ucb import UCB
+from banditflow.learners.torch_support import import_torch, one_thread
 
 NETWORKS = ("model", "human", "cost")  # what each network predicts
 HISTORIES = {"model": "model", "human": "human", "cost": "human"}  # network -> its history

@@ -10,7 +10,7 @@ for the clairvoyant bound. It is solved exactly by the greedy by ratio: events w
 and zero cost are free, then events by decreasing gain / cost until the budget is used up,
 the last one fractionally.
 
->>> from learners.deferral.opt import fractional_knapsack_opt
+>>> from banditflow.learners.deferral.opt import fractional_knapsack_opt
 >>> result = fractional_knapsack_opt([0.5, 0.2, 0.9], [0.9, 0.8, 0.1], [1.0, 0.5, 0.0], 0.75)
 >>> round(result.value, 6), result.pi.round(6).tolist()
 (2.3, [0.25, 1.0, 0.0])
@@ -73,7 +73,8 @@ def best_reject_threshold(
 ) -> tuple[float, float]:
     """BestReject's best threshold in hindsight and its total reward (NOT feasible online).
 
-    Replays :class:`learners.deferral.baselines.BestReject` with immediate feedback over the
+    Replays :class:`banditflow.learners.deferral.baselines.BestReject` with immediate feedback over
+    the
     whole sequence for every threshold (default: 0, 0.01, ..., 1, as in the paper): it
     defers when ``model_mean < threshold`` and ``spent + c_max <= budget``. Returns the best
     ``(threshold, total reward)``; the reward counts ``human_reward`` on deferrals and

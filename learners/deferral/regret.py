@@ -19,7 +19,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from learners.base import Stats, add_stat
+from banditflow.learners.base import Stats, add_stat
 
 RATIO_BINS = 64
 

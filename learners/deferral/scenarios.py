@@ -20,9 +20,9 @@ linear rewards in range). Realised rewards and costs are Bernoulli draws of the 
 paper's ratio ``B / T = 8000 / 50000``.
 
 >>> import numpy as np
->>> from learners.deferral import ALGORITHMS
->>> from learners.deferral.opt import fractional_knapsack_opt
->>> from learners.deferral.scenarios import play, synthetic
+>>> from banditflow.learners.deferral import ALGORITHMS
+>>> from banditflow.learners.deferral.opt import fractional_knapsack_opt
+>>> from banditflow.learners.deferral.scenarios import play, synthetic
 >>> scenario = synthetic("uniform", horizon=500, seed=1)
 >>> scenario.features.shape, bool(np.allclose(np.linalg.norm(scenario.features, axis=1), 1.0))
 ((500, 20), True)
@@ -42,8 +42,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from learners.deferral.base import DeferralLearner
-from learners.deferral.estimators import LINKS
+from banditflow.learners.deferral.base import DeferralLearner
+from banditflow.learners.deferral.estimators import LINKS
 
 KINDS = ("uniform", "complementary")
 PAPER_BUDGET_RATE = 8000 / 50000

@@ -1,7 +1,8 @@
 """UCB: the paper's Algorithm 1 (linCBwK for two arms with GLM links), with the spec's fixes.
 
 Per arm, ridge (``link="identity"``) or online-GLM (``link="logistic"``) estimates with
-``ridge * I`` regularisation (:mod:`learners.deferral.estimators`); the human's cost has its
+``ridge * I`` regularisation (:mod:`banditflow.learners.deferral.estimators`); the human's cost has
+its
 own link (``cost_link``, default ``link``: the paper mixes a logistic reward with a linear
 cost). With the confidence radius
 ``beta_t = beta * sqrt(2 d log((1 + 2 t d) / delta))`` (``beta`` plays sigma / kappa and is a
@@ -24,7 +25,7 @@ allows (they count against the budget). Estimates carry over budget periods; the
 does too unless ``reset_dual`` is set (then every period restarts at ``alpha = gamma = 0.5``).
 
 >>> import numpy as np
->>> from learners.deferral.ucb import UCB
+>>> from banditflow.learners.deferral.ucb import UCB
 >>> learner = UCB.from_params({"dim": 2, "budget": 20.0, "horizon": 100})
 >>> rng = np.random.default_rng(0)
 >>> for t in range(100):  # the human is right on the second feature, the model on the first
@@ -48,9 +49,9 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from learners.base import JSON, MIN_RIDGE, LearnerError, require
-from learners.deferral.base import Choice, DeferralLearner, Settings
-from learners.deferral.estimators import LINKS, Arm, link_mean
+from banditflow.learners.base import JSON, MIN_RIDGE, LearnerError, require
+from banditflow.learners.deferral.base import Choice, DeferralLearner, Settings
+from banditflow.learners.deferral.estimators import LINKS, Arm, link_mean
 
 INITIAL_LOG_ALPHA = math.log(0.5)
 INITIAL_GAMMA = 0.5

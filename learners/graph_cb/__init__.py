@@ -7,7 +7,7 @@ constant-factor closed forms of the other named graphs only on request) and
 :func:`decision_estimation_coefficient` (dec of any p).
 
 >>> import numpy as np
->>> from learners.graph_cb import min_dec_distribution, decision_estimation_coefficient
+>>> from banditflow.learners.graph_cb import min_dec_distribution, decision_estimation_coefficient
 >>> p, dec = min_dec_distribution([0.0, 0.5, 0.9], np.eye(3), gamma=10.0)
 >>> p.round(3).tolist(), round(dec, 4)
 ([0.746, 0.158, 0.097], 0.2)
@@ -15,18 +15,18 @@ constant-factor closed forms of the other named graphs only on request) and
 0.2
 """
 
-from learners.family import lazy_package
+from banditflow.learners.family import lazy_package
 
 __getattr__ = lazy_package(
     __name__,
     {
-        "EpsilonGreedy": "learners.graph_cb.algorithms",
-        "SquareCB": "learners.graph_cb.algorithms",
-        "SquareCBG": "learners.graph_cb.algorithms",
-        "SOLVERS": "learners.graph_cb.solver",
-        "WarmStart": "learners.graph_cb.solver",
-        "decision_estimation_coefficient": "learners.graph_cb.solver",
-        "min_dec_distribution": "learners.graph_cb.solver",
+        "EpsilonGreedy": "banditflow.learners.graph_cb.algorithms",
+        "SquareCB": "banditflow.learners.graph_cb.algorithms",
+        "SquareCBG": "banditflow.learners.graph_cb.algorithms",
+        "SOLVERS": "banditflow.learners.graph_cb.solver",
+        "WarmStart": "banditflow.learners.graph_cb.solver",
+        "decision_estimation_coefficient": "banditflow.learners.graph_cb.solver",
+        "min_dec_distribution": "banditflow.learners.graph_cb.solver",
     },
     {"squarecb_g": "SquareCBG", "squarecb": "SquareCB", "epsilon_greedy": "EpsilonGreedy"},
 )

@@ -1,7 +1,7 @@
 """The graph_cb algorithms: SquareCB.G and its baselines SquareCB and epsilon-greedy.
 
 >>> import numpy as np
->>> from learners.graph_cb.algorithms import SquareCBG
+>>> from banditflow.learners.graph_cb.algorithms import SquareCBG
 >>> learner = SquareCBG.from_params({"graph_kind": "cops_and_robbers", "actions": 3,
 ...                                  "feature_dim": 2, "gamma_schedule": "constant",
 ...                                  "gamma": 10.0})
@@ -20,9 +20,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from learners.base import JSON, LearnerError, require
-from learners.graph_cb.base import GraphCBLearner
-from learners.graph_cb.solver import (
+from banditflow.learners.base import JSON, LearnerError, require
+from banditflow.learners.graph_cb.base import GraphCBLearner
+from banditflow.learners.graph_cb.solver import (
     SOLVERS,
     WarmStart,
     decision_estimation_coefficient,

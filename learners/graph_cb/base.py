@@ -14,8 +14,9 @@ Parameters common to all algorithms:
   ``per_action``: one vector per action), ``update`` (``sgd`` or ``rls``), ``learning_rate``
   (sgd, default 0.1), ``ridge`` (rls prior, default 1), ``bias`` (default true); ``oracle``
   (``linear``, default, or ``neural``: a torch network, with ``hidden_size``,
-  ``learning_rate`` and ``oracle_seed``, see :func:`learners.graph_cb.oracles.build_oracle`);
-* schedule: ``gamma_schedule`` and its settings (:mod:`learners.graph_cb.schedules`);
+  ``learning_rate`` and ``oracle_seed``, see
+  :func:`banditflow.learners.graph_cb.oracles.build_oracle`);
+* schedule: ``gamma_schedule`` and its settings (:mod:`banditflow.learners.graph_cb.schedules`);
 * ``initial_oracle``: an oracle state (its ``to_state``, e.g. trained on logged rounds by
   ``banditflow warm-start``) the learner starts from instead of an untrained oracle; its
   schedule starts afresh.
@@ -35,7 +36,7 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from learners.base import (
+from banditflow.learners.base import (
     JSON,
     ContradictingFeedback,
     Decided,
@@ -48,9 +49,9 @@ from learners.base import (
     check_unknown,
     require,
 )
-from learners.graph_cb.graphs import as_graph, independence_number, named_graph
-from learners.graph_cb.oracles import Oracle, build_oracle
-from learners.graph_cb.schedules import GammaSchedule
+from banditflow.learners.graph_cb.graphs import as_graph, independence_number, named_graph
+from banditflow.learners.graph_cb.oracles import Oracle, build_oracle
+from banditflow.learners.graph_cb.schedules import GammaSchedule
 
 # The most actions a learner may have: every decision solves for a distribution over them,
 # at a cost that grows with the square of their number (the K x K feedback graph).

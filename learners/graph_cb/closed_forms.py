@@ -5,7 +5,7 @@ returns a distribution over the K actions. ``bandit`` is the exact minimiser of 
 estimation coefficient; the others are constant-factor optimal (paper, Section 4 and App. B).
 
 >>> import numpy as np
->>> from learners.graph_cb.closed_forms import cops_and_robbers, inventory
+>>> from banditflow.learners.graph_cb.closed_forms import cops_and_robbers, inventory
 >>> cops_and_robbers(np.array([0.1998, 0.0999]), 10.0).round(3).tolist()
 [0.333, 0.667]
 >>> inventory(np.array([0.3, 0.0, 0.5, 0.1]), 10.0).round(3).tolist()

@@ -1,15 +1,15 @@
-"""The graph_cb family's front door (see :mod:`learners.family`)."""
+"""The graph_cb family's front door (see :mod:`banditflow.learners.family`)."""
 
 from __future__ import annotations
 
 from pydantic import Field
 
-from learners.family import Family
-from learners.fields import FEATURES
+from banditflow.learners.family import Family
+from banditflow.learners.fields import FEATURES
 
 FAMILY = Family(
     name="graph_cb",
-    algorithms="learners.graph_cb",
+    algorithms="banditflow.learners.graph_cb",
     context={
         "features": FEATURES,
         "graph": (
@@ -35,6 +35,6 @@ FAMILY = Family(
     revealed_are_losses=True,
     action_count_params=("actions", "graph"),
     action_distribution=True,
-    evaluation="offline.evaluation.graph_cb",
-    logs=("offline.logs.graph_cb",),
+    evaluation="banditflow.offline.evaluation.graph_cb",
+    logs=("banditflow.offline.logs.graph_cb",),
 )

@@ -8,7 +8,7 @@ banditflow graph goes to VW as ``G.T`` (``tests/benchmarks/bench_graph_cb_vw.py`
 ``vw_graph``, writes VW's ``row,col,value`` triples from ``G.T``), and a VW graph comes here
 transposed. Sent untransposed, VW silently learns from the wrong reveals.
 
->>> from learners.graph_cb.graphs import named_graph, detect_kind, independence_number
+>>> from banditflow.learners.graph_cb.graphs import named_graph, detect_kind, independence_number
 >>> G = named_graph("inventory", 4)
 >>> G.astype(int).tolist()
 [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]]
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from learners.base import LearnerError
+from banditflow.learners.base import LearnerError
 
 GRAPH_KINDS = ("bandit", "full", "cops_and_robbers", "apple_tasting", "inventory")
 """Names accepted by :func:`named_graph` (and the learners' ``graph_kind`` parameter)."""

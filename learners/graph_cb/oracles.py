@@ -24,7 +24,7 @@ imported only when it is built) is the paper's ``sigmoid((M x)_a)`` or a one-hid
 network, trained by online gradient descent; :func:`build_oracle` chooses from the params.
 
 >>> import numpy as np
->>> from learners.graph_cb.oracles import LinearOracle
+>>> from banditflow.learners.graph_cb.oracles import LinearOracle
 >>> oracle = LinearOracle(actions=2, feature_dim=1, layout="shared", update="rls")
 >>> for x in np.linspace(-1, 1, 500):
 ...     oracle.update([x], 0, 0.5 * x)
@@ -42,7 +42,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from learners.base import (
+from banditflow.learners.base import (
     JSON,
     MAX_STATE_NUMBERS,
     MIN_RIDGE,
@@ -50,7 +50,7 @@ from learners.base import (
     check_state_size,
     require,
 )
-from learners.torch_support import import_torch, one_thread
+from banditflow.learners.torch_support import import_torch, one_thread
 
 LAYOUTS = ("shared", "per_action")
 UPDATES = ("sgd", "rls")
@@ -233,7 +233,7 @@ class NeuralOracle:
     predicts exactly as the original.
 
     >>> import numpy as np
-    >>> from learners.graph_cb.oracles import NeuralOracle
+    >>> from banditflow.learners.graph_cb.oracles import NeuralOracle
     >>> oracle = NeuralOracle(actions=2, feature_dim=1, hidden_size=0, learning_rate=1.0)
     >>> for x in np.linspace(-1, 1, 400):
     ...     oracle.update([x], 0, 0.5 * x)

@@ -1,5 +1,5 @@
 """A compiled primal-dual interior-point method for ``min_p dec(p)`` (the production path of
-:func:`learners.graph_cb.min_dec_distribution`).
+:func:`banditflow.learners.graph_cb.min_dec_distribution`).
 
 The scaled program (``d = gamma (f - min f)``, ``Z = gamma z``, ``W = G^T p``)::
 

@@ -9,7 +9,7 @@
   budget) gamma doubles and the sum restarts. The oracle is kept, not restarted;
 * ``constant``: ``gamma``.
 
->>> from learners.graph_cb.schedules import GammaSchedule
+>>> from banditflow.learners.graph_cb.schedules import GammaSchedule
 >>> schedule = GammaSchedule.from_params({"gamma_schedule": "doubling", "gamma_initial": 4.0,
 ...                                       "reg_sq": 0.1})
 >>> schedule.gamma(alpha=1)
@@ -25,7 +25,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, ClassVar, Self
 
-from learners.base import JSON, LearnerError, require
+from banditflow.learners.base import JSON, LearnerError, require
 
 SCHEDULES = ("sqrt_alpha", "vw", "doubling", "constant")
 

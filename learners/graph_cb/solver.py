@@ -22,7 +22,8 @@ K in the hundreds, where the numeric solver's O(K^3) steps cost 0.1-2 s per call
 The numeric solver:
 
 * the production path is the compiled primal-dual interior-point method of
-  :mod:`learners.graph_cb.primal_dual` (Mehrotra predictor-corrector, one K x K Cholesky per
+  :mod:`banditflow.learners.graph_cb.primal_dual` (Mehrotra predictor-corrector, one K x K Cholesky
+  per
   step), optionally warm-started from the previous call through a :class:`WarmStart`; it stops
   on the certificate described below, and when it cannot certify the tolerance (or numba is
   not installed) the call falls back to the log-barrier method below, so every result is
@@ -45,7 +46,7 @@ The returned p is always a distribution (clipped at 0 and renormalised) and ``de
 ``decision_estimation_coefficient(p, ...)`` of the returned p.
 
 >>> import numpy as np
->>> from learners.graph_cb.solver import min_dec_distribution
+>>> from banditflow.learners.graph_cb.solver import min_dec_distribution
 >>> p, dec = min_dec_distribution(np.array([0.1998, 0.0999]), 1.0 - np.eye(2), 10.0,
 ...                               solver="numeric")
 >>> p.round(3).tolist(), round(dec, 3)
@@ -64,9 +65,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from learners.base import LearnerError
-from learners.graph_cb import closed_forms, primal_dual
-from learners.graph_cb.graphs import as_graph, detect_kind
+from banditflow.learners.base import LearnerError
+from banditflow.learners.graph_cb import closed_forms, primal_dual
+from banditflow.learners.graph_cb.graphs import as_graph, detect_kind
 
 SOLVERS = ("auto", "numeric", "bandit", "cops_and_robbers", "apple_tasting", "inventory",
            "self_aware")

@@ -6,23 +6,23 @@ Playing arm ``i`` reveals the reward of arm ``j`` when the edge ``(i, j)`` is li
 the baselines ``ucb_n`` and ``thompson``. :func:`lower_bound_constant` computes the regret
 lower-bound constant ``C*(theta)``, :func:`reachability` estimates the cascade case's ``r_ij``.
 
->>> from learners.prob_graph import ALGORITHMS, lower_bound_constant
+>>> from banditflow.learners.prob_graph import ALGORITHMS, lower_bound_constant
 >>> sorted(ALGORITHMS)
 ['lp_policy', 'thompson', 'ucb_n']
 >>> lower_bound_constant([[1.0, 0.0], [0.0, 1.0]], [1.0, 0.0])[0]  # a two-armed bandit: 2/Delta
 2.0
 """
 
-from learners.family import lazy_package
+from banditflow.learners.family import lazy_package
 
 __getattr__ = lazy_package(
     __name__,
     {
-        "UCBN": "learners.prob_graph.baselines",
-        "ThompsonSampling": "learners.prob_graph.baselines",
-        "lower_bound_constant": "learners.prob_graph.bound",
-        "reachability": "learners.prob_graph.graph",
-        "LPPolicy": "learners.prob_graph.lp_policy",
+        "UCBN": "banditflow.learners.prob_graph.baselines",
+        "ThompsonSampling": "banditflow.learners.prob_graph.baselines",
+        "lower_bound_constant": "banditflow.learners.prob_graph.bound",
+        "reachability": "banditflow.learners.prob_graph.graph",
+        "LPPolicy": "banditflow.learners.prob_graph.lp_policy",
     },
     {"lp_policy": "LPPolicy", "ucb_n": "UCBN", "thompson": "ThompsonSampling"},
 )

@@ -21,7 +21,7 @@ for each, are kept in the state so that duplicated feedback is ignored; their nu
 by the feedback timeout.
 
 >>> import numpy as np
->>> from learners.prob_graph.baselines import UCBN
+>>> from banditflow.learners.prob_graph.baselines import UCBN
 >>> learner = UCBN.from_params({"arms": 2, "edges": [[0, 1, 1.0], [1, 0, 1.0]]})
 >>> decided = learner.decide({}, np.random.default_rng(0))
 >>> decided.output
@@ -41,7 +41,7 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from learners.base import (
+from banditflow.learners.base import (
     JSON,
     ContradictingFeedback,
     Decided,
@@ -53,7 +53,7 @@ from learners.base import (
     check_unknown,
     require,
 )
-from learners.prob_graph.graph import Setting, parse_setting
+from banditflow.learners.prob_graph.graph import Setting, parse_setting
 
 
 def parse_rewards(feedback: Mapping[str, Any], arms: int, bernoulli: bool) -> dict[int, float]:

@@ -7,8 +7,8 @@ graph (every arm observes itself, one poor arm reveals all others) is where that
 blindness costs them against ``lp_policy``.
 
 >>> import numpy as np
->>> from learners.prob_graph.baselines import ThompsonSampling
->>> from learners.prob_graph.scenarios import Environment, loopless_clique, simulate
+>>> from banditflow.learners.prob_graph.baselines import ThompsonSampling
+>>> from banditflow.learners.prob_graph.scenarios import Environment, loopless_clique, simulate
 >>> scenario = loopless_clique([0.9, 0.5, 0.2], p=0.8, rewards="bernoulli")
 >>> learner = ThompsonSampling.from_params(scenario.learner_params())
 >>> regret = simulate(learner, Environment(scenario), horizon=500, seed=1)
@@ -23,7 +23,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from learners.prob_graph.base import ProbGraphLearner
+from banditflow.learners.prob_graph.base import ProbGraphLearner
 
 
 class UCBN(ProbGraphLearner):

@@ -6,13 +6,13 @@ every arm ``j``, where ``b_j = 1 / KL(theta_j, theta_i1)`` for ``j != i1`` and
 rewards ``KL = Delta^2 / 2``, i.e. ``b_j = 2 / Delta_j^2`` and ``b_i1 = 2 / Delta_min^2``; for
 Bernoulli rewards ``KL`` is the Bernoulli divergence (an infinite divergence gives
 ``b_j = 0``). Any consistent policy has ``liminf R_T / log T >= C*(theta)``. In the cascade case
-pass the reachability matrix ``r`` (see :func:`learners.prob_graph.graph.reachability`)
+pass the reachability matrix ``r`` (see :func:`banditflow.learners.prob_graph.graph.reachability`)
 instead of ``p``.
 
 [R] ``Delta_i1 = 0`` in the objective, so ``c_i1`` is not determined by the cost alone; with
 ``tie_break=True`` (the spec's default) a second LP minimises ``c_i1`` at the optimal cost.
 
->>> from learners.prob_graph.bound import lower_bound_constant
+>>> from banditflow.learners.prob_graph.bound import lower_bound_constant
 >>> value, c = lower_bound_constant([[0.0, 0.5], [1.0, 0.0]], [1.0, 0.0])
 >>> value, c.round(6).tolist()
 (2.0, [4.0, 2.0])
@@ -25,8 +25,8 @@ from collections.abc import Sequence
 import numpy as np
 from scipy.optimize import linprog
 
-from learners.base import LearnerError
-from learners.prob_graph.graph import REWARDS, check_in_edges
+from banditflow.learners.base import LearnerError
+from banditflow.learners.prob_graph.graph import REWARDS, check_in_edges
 
 # Relative slack of the tie-break LP's cost constraint: enough for HiGHS to stay feasible.
 COST_SLACK = 1e-10

@@ -1,14 +1,14 @@
-"""The prob_graph family's front door (see :mod:`learners.family`)."""
+"""The prob_graph family's front door (see :mod:`banditflow.learners.family`)."""
 
 from __future__ import annotations
 
 from pydantic import Field
 
-from learners.family import Family
+from banditflow.learners.family import Family
 
 FAMILY = Family(
     name="prob_graph",
-    algorithms="learners.prob_graph",
+    algorithms="banditflow.learners.prob_graph",
     feedback={
         "rewards": (
             dict[str, float] | None,
@@ -28,6 +28,6 @@ FAMILY = Family(
     revealed="rewards",
     action_count_params=("arms",),
     arm_gauges={"arm_pulls": "Pulls per arm (prob_graph)"},
-    evaluation="offline.evaluation.prob_graph",
-    logs=("offline.logs.prob_graph",),
+    evaluation="banditflow.offline.evaluation.prob_graph",
+    logs=("banditflow.offline.logs.prob_graph",),
 )

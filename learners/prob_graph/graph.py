@@ -7,7 +7,7 @@ edges is revealed, so ``r_ij = P[a live path i -> j]`` replaces ``p_ij``. Paths 
 one edge: an arm observes itself only through a self-loop or a live cycle.
 
 >>> import numpy as np
->>> from learners.prob_graph.graph import edge_matrix, reachability
+>>> from banditflow.learners.prob_graph.graph import edge_matrix, reachability
 >>> P = edge_matrix(3, [[0, 1, 1.0], [1, 2, 0.5], [2, 0, 1.0]])
 >>> R = reachability(P, 4000, np.random.default_rng(0))
 >>> round(float(R[0, 2]), 1)  # 0 -> 1 -> 2 is live with probability 1 * 0.5
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from learners.base import LearnerError, check_state_size
+from banditflow.learners.base import LearnerError, check_state_size
 
 CASES = ("one_step", "cascade")
 REWARDS = ("gaussian", "bernoulli")

@@ -1,7 +1,7 @@
 """The LP-based policy of Li, Chen, Wen & Leung (2019): Algorithms 1/1' (one-step) and 2 (cascade).
 
 Each round, with plug-in means ``thetahat``, ``bhat`` and ``Deltahat`` (see
-:mod:`learners.prob_graph.bound`) and ``m_j = sum_i p_ij N_i`` the expected observations:
+:mod:`banditflow.learners.prob_graph.bound`) and ``m_j = sum_i p_ij N_i`` the expected observations:
 
 1. warm-up: while some ``O_j < warmup_observations``, play the arm expected to reveal the
    most such arms (:meth:`LPPolicy.warmup_arm`);                                      [R]
@@ -67,8 +67,8 @@ Bernoulli plug-in means are clipped to ``[kl_clip, 1 - kl_clip]`` (default 1e-3)
 divergences stay finite.
 
 >>> import numpy as np
->>> from learners.prob_graph.lp_policy import LPPolicy
->>> from learners.prob_graph.scenarios import Environment, revealing_action, simulate
+>>> from banditflow.learners.prob_graph.lp_policy import LPPolicy
+>>> from banditflow.learners.prob_graph.scenarios import Environment, revealing_action, simulate
 >>> scenario = revealing_action([1.0] + [0.6] * 8 + [0.5], revealer=9)
 >>> learner = LPPolicy.from_params(scenario.learner_params())
 >>> regret = simulate(learner, Environment(scenario), horizon=2000, seed=0)
@@ -85,10 +85,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from learners.base import JSON, LearnerError, require
-from learners.prob_graph.base import ProbGraphLearner
-from learners.prob_graph.bound import information_targets, solve_lp
-from learners.prob_graph.graph import Setting, sample_reach_counts
+from banditflow.learners.base import JSON, LearnerError, require
+from banditflow.learners.prob_graph.base import ProbGraphLearner
+from banditflow.learners.prob_graph.bound import information_targets, solve_lp
+from banditflow.learners.prob_graph.graph import Setting, sample_reach_counts
 
 LP_CHOICES = ("progress", "reveal", "ratio")
 """Rules for the LP branch's arm among those below their targets (module docstring, step 5)."""

@@ -8,7 +8,7 @@ uniform ``p``, the loopless clique, the revealing-action graph and random ``p_ij
 :func:`simulate` runs a learner against an environment, optionally with delayed feedback.
 
 >>> import numpy as np
->>> from learners.prob_graph.scenarios import Environment, parse_scenario
+>>> from banditflow.learners.prob_graph.scenarios import Environment, parse_scenario
 >>> scenario = parse_scenario(
 ...     {"arms": 2, "means": [1.0, 0.0], "edges": [[0, 1, 0.5], [1, 0, 1.0]]}
 ... )
@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from learners.base import JSON, LearnerError
-from learners.prob_graph.base import ProbGraphLearner
-from learners.prob_graph.bound import lower_bound_constant
-from learners.prob_graph.graph import Setting, parse_setting, reachability
+from banditflow.learners.base import JSON, LearnerError
+from banditflow.learners.prob_graph.base import ProbGraphLearner
+from banditflow.learners.prob_graph.bound import lower_bound_constant
+from banditflow.learners.prob_graph.graph import Setting, parse_setting, reachability
 
 SCENARIO_KEYS = {"arms", "means", "edges", "case", "rewards"}
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from learners.registry import families
-from offline.evaluation.replay import Delay, Progress, replay
-from offline.evaluation.report import comparison_table, plot_curves, write_run
+from banditflow.learners.registry import families
+from banditflow.offline.evaluation.replay import Delay, Progress, replay
+from banditflow.offline.evaluation.report import comparison_table, plot_curves, write_run
 
 
 def tasks() -> dict[str, str]:

@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from learners.base import LearnerError
-from learners.conformal.base import ConformalLearner
-from learners.conformal.regret import conformal_round_regret
-from learners.registry import learner_class
-from offline.evaluation.replay import (
+from banditflow.learners.base import LearnerError
+from banditflow.learners.conformal.base import ConformalLearner
+from banditflow.learners.conformal.regret import conformal_round_regret
+from banditflow.learners.registry import learner_class
+from banditflow.offline.evaluation.replay import (
     Delay,
     FeedbackSchedule,
     LogError,
@@ -42,8 +42,8 @@ from offline.evaluation.replay import (
     replay_config,
     replay_summary,
 )
-from schemas.events import Context, LearnerConfig
-from schemas.parsing import Limits, Rejected, parse_event
+from banditflow.schemas.events import Context, LearnerConfig
+from banditflow.schemas.parsing import Limits, Rejected, parse_event
 
 
 def read_log(path: Path, horizon: int | None = None) -> list[dict[str, Any]]:
@@ -221,7 +221,7 @@ class ConformalTask:
 
     def set_sizes(self, thresholds: np.ndarray) -> np.ndarray:
         """``|{y : score_t(y) >= threshold_t}|`` per round, the set every conformal learner
-        decides (:meth:`learners.conformal.base.ConformalLearner.decide`)."""
+        decides (:meth:`banditflow.learners.conformal.base.ConformalLearner.decide`)."""
         sizes = np.empty(len(self.records), dtype=np.int64)
         widths = {len(r["scores"]) for r in self.records}
         chunk = max(1, 2**22 // max(widths))  # rows per block: a few tens of MB at a time
@@ -248,7 +248,8 @@ def replay_direct(
     feedback_timeout: float = 1000.0,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any], ConformalLearner]:
-    """:func:`offline.evaluation.replay.replay` without the processors, for speed: the same
+    """:func:`banditflow.offline.evaluation.replay.replay` without the processors, for speed: the
+    same
     rows and summary (tests/unit/test_conformal_direct.py checks every learner, delay and loss
     against the processors), returned with the learner instead of the processor.
 

@@ -14,7 +14,8 @@ budget period) and ``B`` is ``--budget`` (a number, or ``unlimited`` = ``T * c_m
 never binds; default the paper's ratio ``B / T = 0.16``).
 
 Reported (``summary.json``): rounds, total realised reward, OPT = the fractional knapsack LP
-(:func:`learners.deferral.opt.fractional_knapsack_opt`) on the realised sequence (clairvoyant:
+(:func:`banditflow.learners.deferral.opt.fractional_knapsack_opt`) on the realised sequence
+(clairvoyant:
 it knows every realised outcome) and its percentage reached, the realised human cost spent,
 whether it stayed within the budget, and the deferral rate. When the log has expected values
 also OPT in expectation (the paper's benchmark: the best static randomised policy on the
@@ -27,7 +28,8 @@ human part is lost is charged its reservation ``c_max`` by the learner instead).
 BestReject is given its known expected model reward as ``mu(x . model_theta)``, with
 ``model_theta`` the least-squares fit of ``model_mean`` (else ``model_reward``) on the
 features over the whole log, and its best threshold in hindsight
-(:func:`learners.deferral.opt.best_reject_threshold` on the realised outcomes): neither is
+(:func:`banditflow.learners.deferral.opt.best_reject_threshold` on the realised outcomes): neither
+is
 feasible online, as in the paper.
 """
 
@@ -42,9 +44,9 @@ from typing import Any
 
 import numpy as np
 
-from learners.deferral.opt import best_reject_threshold, fractional_knapsack_opt
-from learners.deferral.scenarios import PAPER_BUDGET_RATE
-from offline.evaluation.replay import LogError, LoggedRound, log_records
+from banditflow.learners.deferral.opt import best_reject_threshold, fractional_knapsack_opt
+from banditflow.learners.deferral.scenarios import PAPER_BUDGET_RATE
+from banditflow.offline.evaluation.replay import LogError, LoggedRound, log_records
 
 OUTCOMES = ("model_reward", "human_reward", "human_cost")
 MEANS = ("model_mean", "human_mean", "cost_mean")

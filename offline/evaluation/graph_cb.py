@@ -38,9 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from learners.base import LearnerError
-from learners.graph_cb.graphs import GRAPH_KINDS, as_graph, named_graph
-from offline.evaluation.replay import LogError, LoggedRound, log_records
+from banditflow.learners.base import LearnerError
+from banditflow.learners.graph_cb.graphs import GRAPH_KINDS, as_graph, named_graph
+from banditflow.offline.evaluation.replay import LogError, LoggedRound, log_records
 
 
 def _check_graph(graph: Any, actions: int, where: str) -> np.ndarray:

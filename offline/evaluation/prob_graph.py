@@ -3,11 +3,12 @@ feedback graph).
 
 Input: a scenario file (JSON), ``{"arms": K, "means": [...], "edges": [[i, j, p], ...],
 "case": "one_step" | "cascade", "rewards": "gaussian" | "bernoulli"}`` (see
-:mod:`learners.prob_graph.scenarios`; ``banditflow make-log prob-graph-...`` writes the
+:mod:`banditflow.learners.prob_graph.scenarios`; ``banditflow make-log prob-graph-...`` writes the
 report's scenarios). There is no log: ``--horizon T`` context-free rounds are generated, each
 round's context carries only the envelope. The learner is configured with the scenario's graph,
 case and reward family (never its means). The feedback of a decision is sampled by the
-scenario's :class:`~learners.prob_graph.scenarios.Environment` with the evaluation engine's
+scenario's :class:`banditflow.learners.prob_graph.scenarios.Environment` with the evaluation
+engine's
 generator: which edges are live (one-step) or which arms a live path reaches (cascade), then the
 rewards of the revealed arms, sent as ``{"rewards": {...}, "complete": true}``. With
 ``--reveal-parts N`` the revealed rewards are split over N events with distinct ``part``
@@ -18,7 +19,7 @@ as it would be in the worker.
 
 Reported: the pseudo-regret ``R_T = sum_t Delta_{I_t}`` (cumulative in ``trajectory.jsonl``,
 one ``{"t", "arm", "regret"}`` line per round), the lower-bound constant ``C*(theta)`` of
-:func:`learners.prob_graph.lower_bound_constant` (cascade: on a 20,000-sample Monte Carlo
+:func:`banditflow.learners.prob_graph.lower_bound_constant` (cascade: on a 20,000-sample Monte Carlo
 estimate of the reachability ``r``, generator seed 0), ``C*(theta) log T``, ``R_T / log T`` and
 ``R_T / (C*(theta) log T)``, per-arm pulls and (``lp_policy``) how many rounds each branch
 chose.
@@ -40,9 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from learners.base import LearnerError
-from learners.prob_graph.scenarios import Environment, Scenario, parse_scenario
-from offline.evaluation.replay import LoggedRound
+from banditflow.learners.base import LearnerError
+from banditflow.learners.prob_graph.scenarios import Environment, Scenario, parse_scenario
+from banditflow.offline.evaluation.replay import LoggedRound
 
 # Monte Carlo samples (and seed) of the reachability estimate behind the cascade case's C*.
 CASCADE_BOUND_SAMPLES = 20_000
@@ -220,13 +221,15 @@ def simulate_run(
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The learner alone (no processors, no JSON): rows and summary as ``evaluate`` writes them.
 
-    Same learner code and feedback model as :func:`offline.evaluation.replay.replay` with no
+    Same learner code and feedback model as :func:`banditflow.offline.evaluation.replay.replay`
+    with no
     delay (feedback applied before the next round), but several times faster; the random
     streams differ (the learner and the environment draw from two children of ``seed``, as in
-    :func:`learners.prob_graph.scenarios.simulate`), so runs agree in distribution, not draw
+    :func:`banditflow.learners.prob_graph.scenarios.simulate`), so runs agree in distribution, not
+    draw
     by draw. ``params`` adds learner parameters; ``label`` names the run (default: algorithm).
     """
-    from learners.prob_graph import ALGORITHMS
+    from banditflow.learners.prob_graph import ALGORITHMS
 
     learner = ALGORITHMS[algorithm].from_params({**scenario.learner_params(), **(params or {})})
     learner_rng, environment_rng = (
@@ -432,7 +435,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     direct.add_argument("--label", help="run name instead of the algorithm (one learner)")
     args = parser.parse_args(argv)
     if args.command == "simulate":
-        from offline.evaluation import parse_params
+        from banditflow.offline.evaluation import parse_params
 
         scenario = load_scenario(args.scenario)
         params = parse_params(args.param)

@@ -4,7 +4,7 @@ Time is measured in rounds: round ``t`` decides the ``t``-th logged context at `
 and the family's task turns the decision into the feedback the application would have
 seen. That feedback is delivered ``delay`` rounds later (0 = before the next round) or never
 (``loss``), in which case the learner's timeout rule applies after ``feedback_timeout_s``
-rounds. Everything goes through :class:`processors.Processor`, exactly as in the worker.
+rounds. Everything goes through :class:`banditflow.processors.Processor`, exactly as in the worker.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from processors import Emitted, PartitionStore, Processor, Source, StreamTimes
+from banditflow.processors import Emitted, PartitionStore, Processor, Source, StreamTimes
 
 LEARNER_ID = "replay"
 CONFIGS, CONTEXTS, FEEDBACK = Source("learners"), Source("contexts"), Source("feedback")

@@ -1,13 +1,14 @@
-"""Importing other systems' bandit logs into the archive format (:mod:`schemas.archive`).
+"""Importing other systems' bandit logs into the archive format (:mod:`banditflow.schemas.archive`).
 
-* :mod:`offline.formats.dsjson`: Vowpal Wabbit's / Azure Personalizer's decision-service JSON;
-* :mod:`offline.formats.obp`: Open Bandit Pipeline's batch bandit feedback.
+* :mod:`banditflow.offline.formats.dsjson`: Vowpal Wabbit's / Azure Personalizer's decision-service
+JSON;
+* :mod:`banditflow.offline.formats.obp`: Open Bandit Pipeline's batch bandit feedback.
 
 Each importer turns a log into archive records (a ``learners`` config, then per event a
 ``contexts``, a ``decisions`` and, when a reward was logged, a ``feedback`` record, all under
 one learner id) and an :class:`ImportReport` of what it kept and skipped. The decisions carry
 ``family: "graph_cb"`` and ``algorithm: "imported:<format>"``, so
-:func:`offline.archive.joined_rounds` reads an imported log like an archived one.
+:func:`banditflow.offline.archive.joined_rounds` reads an imported log like an archived one.
 """
 
 from __future__ import annotations
@@ -94,12 +95,12 @@ def import_log(path: Path, source: str, learner_id: str = "imported",
     the hashed feature size of a DSJSON import."""
     # The importers import this module's helpers: they are loaded only when asked for.
     if source == "dsjson":
-        from offline.formats.dsjson import DEFAULT_DIMS, dsjson_records
+        from banditflow.offline.formats.dsjson import DEFAULT_DIMS, dsjson_records
 
         with open(path) as lines:
             return dsjson_records(lines, learner_id, dims or DEFAULT_DIMS)
     if source == "obp":
-        from offline.formats.obp import load_bandit_feedback, obp_records
+        from banditflow.offline.formats.obp import load_bandit_feedback, obp_records
 
         return obp_records(load_bandit_feedback(path), learner_id)
     raise ValueError(f"unknown log format {source!r}; known: {', '.join(FORMATS)}")

@@ -49,7 +49,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from offline.formats import EventNumbers, ImportReport, imported_round, learner_record
+from banditflow.offline.formats import EventNumbers, ImportReport, imported_round, learner_record
 
 DEFAULT_DIMS = 64
 PROBABILITY_TOLERANCE = 1e-4

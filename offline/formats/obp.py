@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from offline.formats import EventNumbers, ImportReport, imported_round, learner_record
+from banditflow.offline.formats import EventNumbers, ImportReport, imported_round, learner_record
 
 
 class OBPFormatError(ValueError):

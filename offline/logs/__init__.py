@@ -14,7 +14,7 @@ import pkgutil
 from collections.abc import Callable
 from pathlib import Path
 
-from learners.registry import families
+from banditflow.learners.registry import families
 
 LogBuilder = Callable[[Path, int, int], str]  # (out, rounds, seed) -> description
 

@@ -6,7 +6,8 @@ outcome of both arms (the evaluation only reveals what the feedback mode allows)
 expected values (used for OPT in expectation and BestReject's known model reward). The
 budget is not part of the log: ``banditflow evaluate --family deferral --budget B``.
 
-- ``deferral-uniform`` / ``deferral-complementary``: :func:`learners.deferral.scenarios.synthetic`
+- ``deferral-uniform`` / ``deferral-complementary``:
+:func:`banditflow.learners.deferral.scenarios.synthetic`
   (d = 20, Bernoulli rewards and costs, identity link).
 - ``deferral-digits``: the 8x8 digits bundled with scikit-learn. A logistic regression trained
   on 200 images pooled to 4x4 (about 78 % accurate, much worse on some classes) is the model;
@@ -27,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from learners.deferral.scenarios import synthetic
+from banditflow.learners.deferral.scenarios import synthetic
 
 DIGITS_TRAIN = 200
 # The experts' specialties (digits they know well), accuracies and answer-time parameters.

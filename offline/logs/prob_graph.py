@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from learners.prob_graph.scenarios import (
+from banditflow.learners.prob_graph.scenarios import (
     Scenario,
     erdos_renyi,
     loopless_clique,
@@ -47,7 +47,7 @@ from learners.prob_graph.scenarios import (
     random_probabilities,
     revealing_action,
 )
-from offline.evaluation.prob_graph import lower_bound
+from banditflow.offline.evaluation.prob_graph import lower_bound
 
 ER_MEANS = [1.0, 0.8, 0.75, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1]
 CLIQUE_MEANS = [1.0, 0.8, 0.7, 0.6, 0.5, 0.4]

@@ -1,6 +1,6 @@
 """``banditflow ope``: estimate what target policies would have earned on logged rounds.
 
-The rounds come from :func:`offline.archive.joined_rounds` (an archive, or an imported
+The rounds come from :func:`banditflow.offline.archive.joined_rounds` (an archive, or an imported
 DSJSON / OBP log). A round is scored when its decision names the played action among a
 known number of actions, its propensity mu lies in (0, 1], and its reward was observed
 (graph_cb: the feedback revealed the played action's loss; a timed-out decision has none).
@@ -11,8 +11,8 @@ weights pi / mu, so no round weighs more than 1 / min_propensity: this bounds th
 and biases the estimates towards the logged rewards of such rounds; the share of rounds it
 touched is reported (``tiny propensity``). Set it to 0 for the unclipped estimators.
 
->>> from offline.archive import LoggedRound
->>> from offline.ope.policies import parse_policy
+>>> from banditflow.offline.archive import LoggedRound
+>>> from banditflow.offline.ope.policies import parse_policy
 >>> rounds = [LoggedRound("l", str(i), action=i % 2, actions=2, propensity=0.5, p=[0.5, 0.5],
 ...                       reward=float(i % 2), features=None) for i in range(100)]
 >>> report = evaluate(rounds, [parse_policy("constant:1"), parse_policy("logged")])
@@ -31,11 +31,11 @@ from typing import Any
 
 import numpy as np
 
-from offline.archive import LoggedRound
-from offline.ope.learning_policy import LearningPolicy
-from offline.ope.policies import TargetPolicy
-from offline.ope.reward_model import ActionFeatures, cross_fitted_predictions
-from processors.ope import MIN_PROPENSITY, Estimate, PolicyEstimates, Sums
+from banditflow.offline.archive import LoggedRound
+from banditflow.offline.ope.learning_policy import LearningPolicy
+from banditflow.offline.ope.policies import TargetPolicy
+from banditflow.offline.ope.reward_model import ActionFeatures, cross_fitted_predictions
+from banditflow.processors.ope import MIN_PROPENSITY, Estimate, PolicyEstimates, Sums
 
 ESTIMATORS = ("ips", "snips", "dr")
 
@@ -151,7 +151,8 @@ def evaluate(rounds: Sequence[LoggedRound], policies: Sequence[TargetPolicy | Le
              min_propensity: float = MIN_PROPENSITY, folds: int = 5,
              seed: int = 0) -> OPEReport:
     """IPS, SNIPS and DR estimates of every policy on ``rounds`` (see the module docstring;
-    a learning policy learns as it goes through them, :mod:`offline.ope.learning_policy`);
+    a learning policy learns as it goes through them,
+    :mod:`banditflow.offline.ope.learning_policy`);
     the DR reward model is cross-fitted over ``folds`` folds drawn with ``seed``."""
     with_propensity = [r for r in rounds if _scorable(r)]
     scored = [r for r in with_propensity if r.reward is not None]

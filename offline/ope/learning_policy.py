@@ -15,7 +15,7 @@ terms are unbiased for the value of the policy the learner had then, and the est
 the mean value of its successive policies over the log.
 
 >>> import tempfile, json
->>> from offline.archive import LoggedRound
+>>> from banditflow.offline.archive import LoggedRound
 >>> config = {"family": "graph_cb", "algorithm": "epsilon_greedy", "seed": 1,
 ...           "params": {"actions": 2, "feature_dim": 1, "graph_kind": "bandit",
 ...                      "epsilon": 1.0}}
@@ -38,11 +38,11 @@ from pathlib import Path
 
 import numpy as np
 
-from learners.registry import families, family, make_learner
-from offline.archive import LoggedRound
-from processors.ope import as_played, explore_eval_acceptance
-from processors.redo import event_seed
-from schemas import LearnerConfig
+from banditflow.learners.registry import families, family, make_learner
+from banditflow.offline.archive import LoggedRound
+from banditflow.processors.ope import as_played, explore_eval_acceptance
+from banditflow.processors.redo import event_seed
+from banditflow.schemas import LearnerConfig
 
 
 class LearningPolicyError(ValueError):

@@ -6,7 +6,7 @@
 * ``constant:J``: always the action at 0-based index J of the round's action list (graph_cb:
   action J; DSJSON: ``_multi[J]``);
 * the path of a learner config file: that learner, learning as it goes
-  (:mod:`offline.ope.learning_policy`).
+  (:mod:`banditflow.offline.ope.learning_policy`).
 
 >>> policy = parse_policy("constant:2")
 >>> policy.probabilities(actions=4, logged_p=None).tolist()
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from offline.ope.learning_policy import LearningPolicy
+from banditflow.offline.ope.learning_policy import LearningPolicy
 
 
 class PolicyError(ValueError):

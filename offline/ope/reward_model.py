@@ -5,7 +5,7 @@ model fit on the other folds only, so a round's own reward never enters the mode
 corrects it (the DR estimate stays unbiased, and its interval honest).
 
 Live OPE fits the same model (the shared layout) online, from earlier rounds only:
-:class:`processors.ope.RewardModel`.
+:class:`banditflow.processors.ope.RewardModel`.
 
 The model follows the rounds' context features:
 
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from processors.ope import RIDGE, ridge_coefficients
+from banditflow.processors.ope import RIDGE, ridge_coefficients
 
 
 class FeatureError(ValueError):

@@ -11,7 +11,8 @@
    have a closed form (loopless: cops-and-robbers; symmetric self-aware) the same for the
    closed form, which ``solver="auto"`` used before and which is only constant-factor optimal.
 2. **Speed.** For K in {5, 10, 20, 50}, median wall time per call (µs) of the default call
-   without a warm start (``cold``), with a :class:`~learners.graph_cb.solver.WarmStart` along
+   without a warm start (``cold``), with a :class:`banditflow.learners.graph_cb.solver.WarmStart`
+   along
    a realistic sequence (same graph and gamma, f drifting by N(0, 0.01^2) per round; the first,
    cold, call of a sequence is not timed) and of the cvxpy reference (compiled once per K).
 
@@ -39,9 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from graph_cb_reference import GRAPH_KINDS, random_graph, random_losses, reference_min_dec
 
-from learners.graph_cb import min_dec_distribution
-from learners.graph_cb.graphs import detect_kind
-from learners.graph_cb.solver import WarmStart
+from banditflow.learners.graph_cb import min_dec_distribution
+from banditflow.learners.graph_cb.graphs import detect_kind
+from banditflow.learners.graph_cb.solver import WarmStart
 
 Instance = tuple[np.ndarray, np.ndarray, float]
 GAP_SIZES = (2, 3, 5, 8, 12, 20, 35, 50)

@@ -2,10 +2,11 @@
 --graph_feedback`` on the very same graph_cb streams and seeds.
 
 For each scenario a log is built with the ``banditflow make-log`` builders
-(:mod:`offline.logs.graph_cb`) and replayed three ways:
+(:mod:`banditflow.offline.logs.graph_cb`) and replayed three ways:
 
-* ``banditflow (replay)``: the full offline replay (:func:`offline.evaluation.replay.replay`:
-  JSON events through :class:`processors.Processor`, exactly as the worker runs them);
+* ``banditflow (replay)``: the full offline replay
+(:func:`banditflow.offline.evaluation.replay.replay`:
+  JSON events through :class:`banditflow.processors.Processor`, exactly as the worker runs them);
 * ``banditflow (learner)``: the same learner called directly (decide + learn, no processors);
 * ``vw``: Vowpal Wabbit through its Python bindings, text format: a shared example
   ``shared graph r,c,v ... |s f:x ...`` (the graph in coordinate format, non-zero entries)
@@ -23,7 +24,7 @@ instead of 0.05, and NaN probabilities on random graphs).
 
 Both use gamma = gamma_scale * n^0.5 (banditflow: ``gamma_schedule=vw``) with the same
 gamma_scale, both sample the action from the returned distribution, and the reveals come from
-:func:`offline.evaluation.graph_cb.reveal` with a generator seeded by the run's seed. The
+:func:`banditflow.offline.evaluation.graph_cb.reveal` with a generator seeded by the run's seed. The
 oracles differ (banditflow: recursive least squares, or SGD on the inventory scenario; VW: its
 default adaptive, normalised SGD), so losses compare the whole systems.
 
@@ -58,12 +59,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from learners.graph_cb import ALGORITHMS
-from learners.graph_cb.graphs import named_graph
-from offline.evaluation.graph_cb import GraphCBTask, read_log, reveal
-from offline.evaluation.replay import replay
-from offline.logs.graph_cb import LOGS
-from processors.redo import event_seed
+from banditflow.learners.graph_cb import ALGORITHMS
+from banditflow.learners.graph_cb.graphs import named_graph
+from banditflow.offline.evaluation.graph_cb import GraphCBTask, read_log, reveal
+from banditflow.offline.evaluation.replay import replay
+from banditflow.offline.logs.graph_cb import LOGS
+from banditflow.processors.redo import event_seed
 
 
 @dataclass(frozen=True)
@@ -242,7 +243,7 @@ def oracle_ablation(seeds: list[int], directory: Path) -> str:
     """The spam stream under full information (every loss revealed, so only the oracles
     differ): PV loss of SquareCB.G over banditflow's linear oracle with and without clipping
     (``rls``; ``sgd`` at learning rate 0.01), and of VW. Markdown table, mean ± std over seeds."""
-    from learners.graph_cb.oracles import LinearOracle
+    from banditflow.learners.graph_cb.oracles import LinearOracle
 
     spam = next(s for s in SCENARIOS if s.log == "graph_cb-spam")
     log = directory / f"{spam.log}.jsonl"

@@ -10,9 +10,9 @@ import time
 
 import numpy as np
 
-from streams.broker import EmbeddedBroker, free_port
-from streams.demo import start_worker, stop, wait_until_ready
-from streams.simulate import SimulationSettings, run_simulation
+from banditflow.streams.broker import EmbeddedBroker, free_port
+from banditflow.streams.demo import start_worker, stop, wait_until_ready
+from banditflow.streams.simulate import SimulationSettings, run_simulation
 
 
 def test_pipeline_throughput_and_latency(tmp_path) -> None:

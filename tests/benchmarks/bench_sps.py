@@ -7,9 +7,10 @@
    each from a fresh learner (so the burn-in and the growth of the state are included).
 2. The offline engine (``banditflow evaluate``), one context (10 labels) and one feedback per
    round, median rounds per second over the repeats, with both engines:
-   ``--replay direct`` (:func:`offline.evaluation.conformal.replay_direct`: the learner
+   ``--replay direct`` (:func:`banditflow.offline.evaluation.conformal.replay_direct`: the learner
    driven from the log's arrays, identical results, tested) and the default
-   ``--replay processors`` (:func:`offline.evaluation.replay.replay`: the very ``Processor``
+   ``--replay processors`` (:func:`banditflow.offline.evaluation.replay.replay`: the very
+   ``Processor``
    the workers run, JSON parsing and validation of every context and feedback event,
    pending store, dedupe records, statistics).
 3. Memory after ``--long`` (10^6) updates, per configuration: the serialised state (JSON bytes,
@@ -39,9 +40,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from learners.conformal.sps import SPS
-from offline.evaluation.conformal import ConformalTask, replay_direct
-from offline.evaluation.replay import replay
+from banditflow.learners.conformal.sps import SPS
+from banditflow.offline.evaluation.conformal import ConformalTask, replay_direct
+from banditflow.offline.evaluation.replay import replay
 
 ALPHA = 0.9
 CONFIGS: dict[str, dict[str, Any]] = {

@@ -69,11 +69,11 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from processors import PartitionStore, Processor, Source, StreamTimes
-from streams.broker import EmbeddedBroker, free_port
-from streams.demo import start_worker, stop, wait_until_ready
-from streams.scrape import fetch, samples, value
-from streams.topics import Topics, ensure_topics, partition_for, state_topic
+from banditflow.processors import PartitionStore, Processor, Source, StreamTimes
+from banditflow.streams.broker import EmbeddedBroker, free_port
+from banditflow.streams.demo import start_worker, stop, wait_until_ready
+from banditflow.streams.scrape import fetch, samples, value
+from banditflow.streams.topics import Topics, ensure_topics, partition_for, state_topic
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE.parents[1] / "runs" / "bench"

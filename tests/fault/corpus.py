@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from streams.topics import partition_for
+from banditflow.streams.topics import partition_for
 
 VALID = "valid"
 DEDUPE = "documented_dedupe"

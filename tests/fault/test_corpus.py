@@ -44,7 +44,7 @@ from corpus import (
     corpus,
 )
 
-from streams.scrape import samples
+from banditflow.streams.scrape import samples
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
 

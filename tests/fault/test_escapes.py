@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from streams.scrape import samples
-from streams.topics import partition_for
+from banditflow.streams.scrape import samples
+from banditflow.streams.topics import partition_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
 

@@ -27,11 +27,11 @@ from corpus import DOCUMENTED_REASONS
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from learners.registry import learner_class
-from processors import Emitted, Processor, Source, StreamTimes
-from processors.store import PartitionStore
-from schemas import Limits
-from streams.statelog import LogReader, PartitionLog
+from banditflow.learners.registry import learner_class
+from banditflow.processors import Emitted, Processor, Source, StreamTimes
+from banditflow.processors.store import PartitionStore
+from banditflow.schemas import Limits
+from banditflow.streams.statelog import LogReader, PartitionLog
 
 pytestmark = pytest.mark.fault
 

@@ -50,11 +50,11 @@ from _integration_fixtures import Worker, decisions_consumer  # loaded by tests/
 from aiokafka import AIOKafkaProducer
 from test_corpus import growth, metric
 
-from offline.environments import GaussianScores
-from offline.evaluation.graph_cb import reveal
-from streams.broker import EmbeddedBroker
-from streams.scrape import samples
-from streams.topics import partition_for
+from banditflow.offline.environments import GaussianScores
+from banditflow.offline.evaluation.graph_cb import reveal
+from banditflow.streams.broker import EmbeddedBroker
+from banditflow.streams.scrape import samples
+from banditflow.streams.topics import partition_for
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt

@@ -19,11 +19,11 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka import TopicPartition as AsyncTopicPartition
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from streams.broker import EmbeddedBroker, free_port
-from streams.demo import stop, wait_until_ready
-from streams.scrape import fetch
-from streams.statelog import Commit, read_commits
-from streams.topics import Topics, ensure_topics, state_topic
+from banditflow.streams.broker import EmbeddedBroker, free_port
+from banditflow.streams.demo import stop, wait_until_ready
+from banditflow.streams.scrape import fetch
+from banditflow.streams.statelog import Commit, read_commits
+from banditflow.streams.topics import Topics, ensure_topics, state_topic
 
 
 @pytest.fixture(scope="session")
@@ -110,7 +110,7 @@ def start_worker(broker: EmbeddedBroker, tmp_path: Path) -> Iterator[Callable[..
         command = [
             sys.executable,
             "-m",
-            "streams.cli",
+            "banditflow.streams.cli",
             "worker",
             "--bootstrap",
             broker.bootstrap,

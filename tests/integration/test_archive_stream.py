@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from kafka import KafkaProducer
 
-from offline.archive import joined_rounds, read_archive
-from schemas.archive import SCHEMA_PATH
+from banditflow.offline.archive import joined_rounds, read_archive
+from banditflow.schemas.archive import SCHEMA_PATH
 
 pytestmark = pytest.mark.integration
 
@@ -68,7 +68,7 @@ def test_archive_of_a_graph_cb_run_joins_contexts_decisions_and_feedback(
 
     out = tmp_path / "run.archive.jsonl"
     finished = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "archive", "--bootstrap", broker.bootstrap,
+        [sys.executable, "-m", "banditflow.streams.cli", "archive", "--bootstrap", broker.bootstrap,
          "--prefix", PREFIX, "--out", str(out), "--from-beginning", "--until-idle", "3"],
         capture_output=True, text=True, timeout=120,
     )
@@ -101,7 +101,7 @@ def test_archive_of_a_graph_cb_run_joins_contexts_decisions_and_feedback(
     # The same archive through `banditflow ope`: the answered rounds are scored, and the
     # logging policy's estimate is their mean reward (every weight is 1).
     scored = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "ope", str(out), "--policy", "logged",
+        [sys.executable, "-m", "banditflow.streams.cli", "ope", str(out), "--policy", "logged",
          "--policy", "uniform", "--json"], capture_output=True, text=True, timeout=120)
     assert scored.returncode == 0, scored.stderr
     report = json.loads(scored.stdout)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from streams.broker import free_port, port_open
+from banditflow.streams.broker import free_port, port_open
 
 pytestmark = pytest.mark.integration
 
@@ -19,7 +19,7 @@ def test_killing_banditflow_broker_stops_its_tansu_child(tmp_path) -> None:
     port = free_port()
     log = open(tmp_path / "broker.log", "wb")  # noqa: SIM115 (the process writes it)
     process = subprocess.Popen(
-        [sys.executable, "-m", "streams.cli", "broker", "--port", str(port)],
+        [sys.executable, "-m", "banditflow.streams.cli", "broker", "--port", str(port)],
         stdout=log, stderr=subprocess.STDOUT,
     )
     try:

@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
-from streams.broker import EmbeddedBroker, free_port
-from streams.demo import wait_until_ready
-from streams.scrape import fetch
-from streams.topics import Topics, ensure_topics
-from streams.worker import EXIT_STATE_LOST
+from banditflow.streams.broker import EmbeddedBroker, free_port
+from banditflow.streams.demo import wait_until_ready
+from banditflow.streams.scrape import fetch
+from banditflow.streams.topics import Topics, ensure_topics
+from banditflow.streams.worker import EXIT_STATE_LOST
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +35,7 @@ def start(bootstrap: str, prefix: str, partitions: int, web_port: int, log: Path
           *extra: str) -> subprocess.Popen[bytes]:
     ensure_topics(bootstrap, Topics(prefix), partitions, prefix)
     command = [
-        sys.executable, "-m", "streams.cli", "worker", "--bootstrap", bootstrap,
+        sys.executable, "-m", "banditflow.streams.cli", "worker", "--bootstrap", bootstrap,
         "--prefix", prefix, "--app-id", prefix, "--partitions", str(partitions),
         "--web-port", str(web_port), "--loglevel", "info", *extra,
     ]

@@ -31,12 +31,12 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from conftest import decisions_consumer, is_ready
 
-from offline.environments import GaussianScores
-from processors import Processor, Source
-from processors.records import DecisionRecord, Settled
-from streams.scrape import samples, value
-from streams.statelog import read_commits
-from streams.topics import state_topic
+from banditflow.offline.environments import GaussianScores
+from banditflow.processors import Processor, Source
+from banditflow.processors.records import DecisionRecord, Settled
+from banditflow.streams.scrape import samples, value
+from banditflow.streams.statelog import read_commits
+from banditflow.streams.topics import state_topic
 
 pytestmark = pytest.mark.integration
 

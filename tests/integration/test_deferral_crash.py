@@ -41,8 +41,8 @@ import numpy as np
 import pytest
 from kafka import KafkaProducer
 
-from streams.statelog import read_commits
-from streams.topics import state_topic
+from banditflow.streams.statelog import read_commits
+from banditflow.streams.topics import state_topic
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.broker import free_port
+from banditflow.streams.broker import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +23,7 @@ WALL_LIMIT_S = 90.0
 def test_demo_shows_convergence_for_every_family(tmp_path: Path) -> None:
     started = time.monotonic()
     run = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "demo", "--out", str(tmp_path),
+        [sys.executable, "-m", "banditflow.streams.cli", "demo", "--out", str(tmp_path),
          "--port", str(free_port()), "--web-port", str(free_port())],
         capture_output=True, text=True, timeout=WALL_LIMIT_S + 30,
     )

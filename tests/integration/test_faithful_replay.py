@@ -11,7 +11,7 @@ from collections import defaultdict
 
 import pytest
 
-from streams.simulate import SimulationSettings, run_simulations
+from banditflow.streams.simulate import SimulationSettings, run_simulations
 
 pytestmark = pytest.mark.integration
 
@@ -67,7 +67,7 @@ def test_a_faithful_replay_reproduces_every_decision(
 def run(*args: str, context: str = "") -> subprocess.CompletedProcess[str]:
     """Run a banditflow command; on failure show its stderr (and ``context``: the archive's
     stderr for the replay)."""
-    finished = subprocess.run([sys.executable, "-m", "streams.cli", *args],
+    finished = subprocess.run([sys.executable, "-m", "banditflow.streams.cli", *args],
                               capture_output=True, text=True, timeout=180)
     assert finished.returncode == 0, context[-3000:] + finished.stderr[-3000:]
     return finished

@@ -11,8 +11,8 @@ import pytest
 from conftest import Worker
 from kafka import KafkaProducer
 
-from streams.scrape import value
-from streams.topics import partition_for
+from banditflow.streams.scrape import value
+from banditflow.streams.topics import partition_for
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from kafka import KafkaProducer
 
-from offline.evaluation.graph_cb import reveal
-from streams.scrape import samples, value
+from banditflow.offline.evaluation.graph_cb import reveal
+from banditflow.streams.scrape import samples, value
 
 pytestmark = pytest.mark.integration
 

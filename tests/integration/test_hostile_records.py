@@ -16,7 +16,7 @@ import json
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from streams.scrape import samples, value
+from banditflow.streams.scrape import samples, value
 
 pytestmark = pytest.mark.integration
 

@@ -46,11 +46,11 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from conftest import decisions_consumer, is_ready
 
-from offline.environments import GaussianScores
-from processors.records import DecisionRecord, Settled
-from streams.scrape import fetch
-from streams.statelog import read_commits
-from streams.topics import state_topic
+from banditflow.offline.environments import GaussianScores
+from banditflow.processors.records import DecisionRecord, Settled
+from banditflow.streams.scrape import fetch
+from banditflow.streams.statelog import read_commits
+from banditflow.streams.topics import state_topic
 
 KILLS = int(os.environ.get("FAULT_KILLS", "10"))
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from kafka import KafkaProducer
 
-from processors.ope import MIN_PROPENSITY, Sums
-from streams.scrape import value
+from banditflow.processors.ope import MIN_PROPENSITY, Sums
+from banditflow.streams.scrape import value
 
 pytestmark = pytest.mark.integration
 

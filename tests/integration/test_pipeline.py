@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from kafka import KafkaProducer
 
-from offline.environments import GaussianScores
-from streams.kcat import kcat_command
-from streams.scrape import value
-from streams.topics import partition_for
+from banditflow.offline.environments import GaussianScores
+from banditflow.streams.kcat import kcat_command
+from banditflow.streams.scrape import value
+from banditflow.streams.topics import partition_for
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from kafka import KafkaProducer
 
-from learners.prob_graph.scenarios import Environment, parse_scenario
-from streams.scrape import samples, value
+from banditflow.learners.prob_graph.scenarios import Environment, parse_scenario
+from banditflow.streams.scrape import samples, value
 
 pytestmark = pytest.mark.integration
 

@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 from kafka import KafkaProducer
 
-from learners.registry import family as declared_family
-from offline.environments import APPLICATIONS
-from streams.broker import free_port
-from streams.simulate import SimulationSettings, run_simulations
+from banditflow.learners.registry import family as declared_family
+from banditflow.offline.environments import APPLICATIONS
+from banditflow.streams.broker import free_port
+from banditflow.streams.simulate import SimulationSettings, run_simulations
 
 pytestmark = pytest.mark.integration
 

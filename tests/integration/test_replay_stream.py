@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from kafka import KafkaProducer
 
-from streams.scrape import value
+from banditflow.streams.scrape import value
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +28,7 @@ EVENTS = 30
 
 
 def banditflow(*args: str) -> None:
-    finished = subprocess.run([sys.executable, "-m", "streams.cli", *args],
+    finished = subprocess.run([sys.executable, "-m", "banditflow.streams.cli", *args],
                               capture_output=True, text=True, timeout=120)
     assert finished.returncode == 0, finished.stderr
 

@@ -16,15 +16,15 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.protocol.fetch import FetchRequest_v4
 from conftest import decisions_consumer
 
-import streams.statelog as statelog
-from processors import Processor, Source, StreamTimes
-from streams.broker import EmbeddedBroker, free_port
-from streams.demo import start_worker as start_worker_process
-from streams.demo import stop as stop_process
-from streams.demo import wait_until_ready
-from streams.scrape import fetch, samples, value
-from streams.statelog import LogReader, PartitionLog, read_partitions
-from streams.topics import Topics, ensure_topics, state_topic
+import banditflow.streams.statelog as statelog
+from banditflow.processors import Processor, Source, StreamTimes
+from banditflow.streams.broker import EmbeddedBroker, free_port
+from banditflow.streams.demo import start_worker as start_worker_process
+from banditflow.streams.demo import stop as stop_process
+from banditflow.streams.demo import wait_until_ready
+from banditflow.streams.scrape import fetch, samples, value
+from banditflow.streams.statelog import LogReader, PartitionLog, read_partitions
+from banditflow.streams.topics import Topics, ensure_topics, state_topic
 
 pytestmark = pytest.mark.integration
 

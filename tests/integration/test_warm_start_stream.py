@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from kafka import KafkaProducer
 
-from offline.archive import write_archive
-from offline.formats import EventNumbers, imported_round
+from banditflow.offline.archive import write_archive
+from banditflow.offline.formats import EventNumbers, imported_round
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +45,7 @@ def test_warm_started_learner_starts_from_the_logged_rounds(
 
     worker = start_worker(PREFIX, partitions=2)
     finished = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "warm-start", str(archive), "--config",
+        [sys.executable, "-m", "banditflow.streams.cli", "warm-start", str(archive), "--config",
          str(config), "--bootstrap", broker.bootstrap, "--prefix", PREFIX, "--partitions", "2"],
         capture_output=True, text=True, timeout=120)
     assert finished.returncode == 0, finished.stderr

@@ -9,8 +9,8 @@ import json
 import jsonschema
 import pytest
 
-from offline.archive import ArchiveError, joined_rounds, read_archive, write_archive
-from schemas.archive import SCHEMA_PATH, check_archive_schema, render_archive_schema
+from banditflow.offline.archive import ArchiveError, joined_rounds, read_archive, write_archive
+from banditflow.schemas.archive import SCHEMA_PATH, check_archive_schema, render_archive_schema
 
 
 def test_published_archive_schema_matches_the_models() -> None:
@@ -18,7 +18,7 @@ def test_published_archive_schema_matches_the_models() -> None:
 
 
 def test_archive_schema_drift_is_detected(tmp_path, monkeypatch) -> None:
-    import schemas.archive as archive
+    import banditflow.schemas.archive as archive
 
     path = tmp_path / "archive.schema.json"
     monkeypatch.setattr(archive, "SCHEMA_PATH", path)

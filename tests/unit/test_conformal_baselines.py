@@ -17,14 +17,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from learners.base import LearnerError
-from learners.conformal import ALGORITHMS
-from learners.conformal.aci import ACI
-from learners.conformal.base import ConformalLearner
-from learners.conformal.dlr import DLR
-from learners.conformal.etc import ETC, ConETC, sps_burn_in
-from learners.conformal.greedy import Greedy
-from learners.registry import make_learner
+from banditflow.learners.base import LearnerError
+from banditflow.learners.conformal import ALGORITHMS
+from banditflow.learners.conformal.aci import ACI
+from banditflow.learners.conformal.base import ConformalLearner
+from banditflow.learners.conformal.dlr import DLR
+from banditflow.learners.conformal.etc import ETC, ConETC, sps_burn_in
+from banditflow.learners.conformal.greedy import Greedy
+from banditflow.learners.registry import make_learner
 
 ALPHA = 0.9
 TRUE_LABEL = "y"

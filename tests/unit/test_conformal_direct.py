@@ -1,7 +1,8 @@
 """The direct conformal engine gives exactly the processors' rows and summary.
 
 ``replay_direct`` skips the processors for speed; these tests hold it to
-:func:`offline.evaluation.replay.replay` (the worker's processors) round by round, for every
+:func:`banditflow.offline.evaluation.replay.replay` (the worker's processors) round by round, for
+every
 conformal learner, under immediate, delayed and lost feedback with timeouts (including
 feedback still arriving after the last decision timed out), on logs with ragged candidate
 lists, tied scores, and true labels that are sometimes not candidates.
@@ -17,10 +18,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from learners.conformal.regret import conformal_round_regret
-from offline.evaluation.conformal import ConformalTask, read_log, replay_direct
-from offline.evaluation.replay import Delay, LogError, ReplayError, replay
-from streams.cli import main
+from banditflow.learners.conformal.regret import conformal_round_regret
+from banditflow.offline.evaluation.conformal import ConformalTask, read_log, replay_direct
+from banditflow.offline.evaluation.replay import Delay, LogError, ReplayError, replay
+from banditflow.streams.cli import main
 
 ROUNDS = 1500
 LEARNERS: dict[str, dict[str, Any]] = {

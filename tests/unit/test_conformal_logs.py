@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from offline.evaluation.conformal import ConformalTask, read_log, true_score
-from offline.evaluation.replay import replay
-from offline.logs import builders
-from offline.logs import conformal_tasks as tasks
+from banditflow.offline.evaluation.conformal import ConformalTask, read_log, true_score
+from banditflow.offline.evaluation.replay import replay
+from banditflow.offline.logs import builders
+from banditflow.offline.logs import conformal_tasks as tasks
 
 
 def check_log(path: Path, rounds: int) -> list[dict]:

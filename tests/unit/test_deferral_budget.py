@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from learners.deferral import ALGORITHMS
-from learners.deferral.base import DeferralLearner
+from banditflow.learners.deferral import ALGORITHMS
+from banditflow.learners.deferral.base import DeferralLearner
 
 HORIZON = 500  # rounds per budget period
 PERIODS = 4

@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from learners.deferral import ALGORITHMS
-from learners.deferral.opt import fractional_knapsack_opt
-from learners.registry import family
-from offline.evaluation.deferral import DeferralTask, LogError, parse_budget, read_log
-from offline.evaluation.replay import Delay, replay
-from offline.logs import builders
-from offline.logs.deferral import digits_scenario
-from streams.cli import build_parser, main
+from banditflow.learners.deferral import ALGORITHMS
+from banditflow.learners.deferral.opt import fractional_knapsack_opt
+from banditflow.learners.registry import family
+from banditflow.offline.evaluation.deferral import DeferralTask, LogError, parse_budget, read_log
+from banditflow.offline.evaluation.replay import Delay, replay
+from banditflow.offline.logs import builders
+from banditflow.offline.logs.deferral import digits_scenario
+from banditflow.streams.cli import build_parser, main
 
 
 def write_log(path: Path, rows: list[dict]) -> Path:
@@ -197,7 +197,7 @@ def test_summary_keys_are_the_worker_gauges() -> None:
 
 
 def test_build_checks_the_budget_and_caches_best_reject(small_log: Path) -> None:
-    from offline.evaluation.deferral import build
+    from banditflow.offline.evaluation.deferral import build
 
     def args(budget: str) -> argparse.Namespace:
         return argparse.Namespace(log=small_log, horizon=100, budget=budget, c_max=1.0,

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from learners.base import LearnerError
-from learners.deferral import ALGORITHMS
-from learners.registry import make_learner
+from banditflow.learners.base import LearnerError
+from banditflow.learners.deferral import ALGORITHMS
+from banditflow.learners.registry import make_learner
 
 COMMON = {"dim": 2, "budget": 3.0, "horizon": 20}
 EXTRA: dict[str, dict[str, Any]] = {"best_reject": {"threshold": 0.5, "model_theta": [1.0, 0.0]}}

@@ -10,13 +10,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from learners.base import LearnerError  # noqa: E402
-from learners.deferral import ALGORITHMS  # noqa: E402
-from learners.deferral.neural_linear import NeuralLinear  # noqa: E402
-from learners.deferral.opt import fractional_knapsack_opt  # noqa: E402
-from learners.deferral.scenarios import play, synthetic  # noqa: E402
-from learners.deferral.ucb import UCB  # noqa: E402
-from learners.registry import make_learner  # noqa: E402
+from banditflow.learners.base import LearnerError  # noqa: E402
+from banditflow.learners.deferral import ALGORITHMS  # noqa: E402
+from banditflow.learners.deferral.neural_linear import NeuralLinear  # noqa: E402
+from banditflow.learners.deferral.opt import fractional_knapsack_opt  # noqa: E402
+from banditflow.learners.deferral.scenarios import play, synthetic  # noqa: E402
+from banditflow.learners.deferral.ucb import UCB  # noqa: E402
+from banditflow.learners.registry import make_learner  # noqa: E402
 
 SCENARIO = synthetic("uniform", horizon=400, seed=3)
 PARAMS = {"dim": 20, "budget": 64.0, "horizon": 400, "window": 120, "retrain_every": 10,

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy.optimize import linprog
 
-from learners.deferral import ALGORITHMS
-from learners.deferral.opt import best_reject_threshold, fractional_knapsack_opt
-from learners.deferral.scenarios import play, synthetic
+from banditflow.learners.deferral import ALGORITHMS
+from banditflow.learners.deferral.opt import best_reject_threshold, fractional_knapsack_opt
+from banditflow.learners.deferral.scenarios import play, synthetic
 
 
 def highs_opt(model: np.ndarray, human: np.ndarray, cost: np.ndarray, budget: float) -> float:

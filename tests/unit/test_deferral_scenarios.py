@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from learners.deferral.scenarios import sample_contexts, synthetic
+from banditflow.learners.deferral.scenarios import sample_contexts, synthetic
 
 
 def test_context_distribution() -> None:

@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from learners.deferral import ALGORITHMS
-from learners.deferral.estimators import Arm, link_mean
-from learners.deferral.opt import best_reject_threshold, fractional_knapsack_opt
-from learners.deferral.scenarios import play, synthetic
-from learners.deferral.ucb import UCB
+from banditflow.learners.deferral import ALGORITHMS
+from banditflow.learners.deferral.estimators import Arm, link_mean
+from banditflow.learners.deferral.opt import best_reject_threshold, fractional_knapsack_opt
+from banditflow.learners.deferral.scenarios import play, synthetic
+from banditflow.learners.deferral.ucb import UCB
 
 
 def unit_vectors(rng: np.random.Generator, count: int, dim: int) -> np.ndarray:

@@ -10,15 +10,16 @@ from pathlib import Path
 
 import pytest
 
-PACKAGES = ("learners", "processors", "schemas", "streams", "offline")
+PACKAGES = ("learners", "processors", "schemas", "streams", "offline")  # folders of banditflow.*
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def modules_with_examples() -> list[str]:
     names = []
     for package in PACKAGES:
-        for info in pkgutil.walk_packages([str(ROOT / package)], prefix=f"{package}."):
-            path = ROOT / (info.name.replace(".", "/") + ("/__init__.py" if info.ispkg else ".py"))
+        for info in pkgutil.walk_packages([str(ROOT / package)], prefix=f"banditflow.{package}."):
+            relative = info.name.removeprefix("banditflow.").replace(".", "/")
+            path = ROOT / (relative + ("/__init__.py" if info.ispkg else ".py"))
             if ">>> " in path.read_text():
                 names.append(info.name)
     return names

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from learners.conformal.sps import SPS
-from offline.evaluation.conformal import ConformalTask, read_log
-from offline.evaluation.replay import Delay, replay
-from streams.cli import main
+from banditflow.learners.conformal.sps import SPS
+from banditflow.offline.evaluation.conformal import ConformalTask, read_log
+from banditflow.offline.evaluation.replay import Delay, replay
+from banditflow.streams.cli import main
 
 
 def write_log(path: Path, rounds: int, seed: int = 0, labels: int = 6) -> Path:

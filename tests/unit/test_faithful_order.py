@@ -9,9 +9,9 @@ from typing import Any
 import orjson
 import pytest
 
-from offline.faithful import FaithfulError, faithful_plan
-from processors import Processor, Source, StreamTimes
-from processors.store import PartitionStore
+from banditflow.offline.faithful import FaithfulError, faithful_plan
+from banditflow.processors import Processor, Source, StreamTimes
+from banditflow.processors.store import PartitionStore
 
 LID = "shop"
 CONFIGS, CONTEXTS, FEEDBACK = Source("learners"), Source("contexts"), Source("feedback")

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from learners.graph_cb import SquareCBG
-from offline.evaluation.graph_cb import GraphCBTask, LogError, read_log, reveal
-from offline.evaluation.replay import LoggedRound, replay
-from offline.logs import builders
-from offline.logs.graph_cb import inventory_losses, random_self_aware_graph
-from streams.cli import main
+from banditflow.learners.graph_cb import SquareCBG
+from banditflow.offline.evaluation.graph_cb import GraphCBTask, LogError, read_log, reveal
+from banditflow.offline.evaluation.replay import LoggedRound, replay
+from banditflow.offline.logs import builders
+from banditflow.offline.logs.graph_cb import inventory_losses, random_self_aware_graph
+from banditflow.streams.cli import main
 
 
 def write_log(path: Path, records: list[dict]) -> Path:

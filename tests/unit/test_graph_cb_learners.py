@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from learners.base import LearnerError
-from learners.graph_cb import ALGORITHMS
-from learners.registry import make_learner
+from banditflow.learners.base import LearnerError
+from banditflow.learners.graph_cb import ALGORITHMS
+from banditflow.learners.registry import make_learner
 
 BASE = {"actions": 4, "feature_dim": 3, "graph_kind": "cops_and_robbers"}
 
@@ -210,7 +210,7 @@ def test_squarecb_g_warm_start_is_checkpointed() -> None:
 def test_oracle_learns_on_its_clipped_prediction(update: str) -> None:
     """Predictions stay within the losses seen, and an example already predicted beyond them
     on its own side moves nothing, while a wrong one still does."""
-    from learners.graph_cb.oracles import LinearOracle
+    from banditflow.learners.graph_cb.oracles import LinearOracle
 
     oracle = LinearOracle(actions=1, feature_dim=1, update=update, learning_rate=0.5, bias=False)
     assert oracle.predict([1.0]).tolist() == [0.0]  # nothing seen yet: the [-1, 1] range
@@ -232,7 +232,7 @@ def test_oracle_learns_on_its_clipped_prediction(update: str) -> None:
 def test_clipped_oracle_beats_least_squares_on_zero_one_losses() -> None:
     """The reason for clipping: 0/1 losses of a separable-ish linear problem. Least squares
     is pulled by confidently right examples; the clipped fit is not, and errs less."""
-    from learners.graph_cb.oracles import LinearOracle
+    from banditflow.learners.graph_cb.oracles import LinearOracle
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(3000, 5)) * np.array([3.0, 1.0, 1.0, 1.0, 1.0])
@@ -253,7 +253,7 @@ def test_clipped_oracle_beats_least_squares_on_zero_one_losses() -> None:
 def test_oracle_learns_normally_until_the_losses_span_an_interval() -> None:
     """One repeated loss is no range to clip to: RLS fed 100 losses of 1 then a 0 must
     predict like plain RLS (about 1), not collapse onto the single value seen."""
-    from learners.graph_cb.oracles import LinearOracle
+    from banditflow.learners.graph_cb.oracles import LinearOracle
 
     oracle = LinearOracle(actions=1, feature_dim=2, update="rls")
     for _ in range(100):
@@ -266,7 +266,7 @@ def test_oracle_learns_normally_until_the_losses_span_an_interval() -> None:
 
 def test_oracle_state_without_a_loss_range_still_learns() -> None:
     """States written before the loss range existed restore with none and keep learning."""
-    from learners.graph_cb.oracles import LinearOracle
+    from banditflow.learners.graph_cb.oracles import LinearOracle
 
     oracle = LinearOracle(actions=2, feature_dim=1, update="sgd", learning_rate=0.5)
     for _ in range(200):

@@ -11,10 +11,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from learners.base import LearnerError  # noqa: E402
-from learners.graph_cb import ALGORITHMS  # noqa: E402
-from learners.graph_cb.oracles import LinearOracle, NeuralOracle  # noqa: E402
-from learners.registry import make_learner  # noqa: E402
+from banditflow.learners.base import LearnerError  # noqa: E402
+from banditflow.learners.graph_cb import ALGORITHMS  # noqa: E402
+from banditflow.learners.graph_cb.oracles import LinearOracle, NeuralOracle  # noqa: E402
+from banditflow.learners.registry import make_learner  # noqa: E402
 
 ACTIONS, DIM = 5, 4
 NEURAL = {"actions": ACTIONS, "feature_dim": DIM, "graph_kind": "bandit", "oracle": "neural",

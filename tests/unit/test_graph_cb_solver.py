@@ -9,11 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from learners.base import LearnerError
-from learners.graph_cb import decision_estimation_coefficient, min_dec_distribution, primal_dual
-from learners.graph_cb import solver as solver_module
-from learners.graph_cb.graphs import detect_kind, independence_number, named_graph
-from learners.graph_cb.solver import WarmStart
+from banditflow.learners.base import LearnerError
+from banditflow.learners.graph_cb import (
+    decision_estimation_coefficient,
+    min_dec_distribution,
+    primal_dual,
+)
+from banditflow.learners.graph_cb import solver as solver_module
+from banditflow.learners.graph_cb.graphs import detect_kind, independence_number, named_graph
+from banditflow.learners.graph_cb.solver import WarmStart
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 pytest.importorskip("cvxpy")

@@ -17,10 +17,10 @@ import numpy as np
 import orjson
 import pytest
 
-from learners.base import Learner
-from learners.registry import FAMILIES, algorithms, make_learner
-from processors import Processor, Source
-from processors.redo import LazyGenerator
+from banditflow.learners.base import Learner
+from banditflow.learners.registry import FAMILIES, algorithms, make_learner
+from banditflow.processors import Processor, Source
+from banditflow.processors.redo import LazyGenerator
 
 JSON = dict[str, Any]
 LABELS = ["a", "b", "c", "d", "e"]

@@ -14,12 +14,12 @@ import numpy as np
 import orjson
 import pytest
 
-from learners.graph_cb.graphs import named_graph
-from offline.archive import LoggedRound
-from offline.ope.evaluation import evaluate
-from offline.ope.policies import parse_policy
-from processors import Processor, Source, StreamTimes
-from processors.ope import (
+from banditflow.learners.graph_cb.graphs import named_graph
+from banditflow.offline.archive import LoggedRound
+from banditflow.offline.ope.evaluation import evaluate
+from banditflow.offline.ope.policies import parse_policy
+from banditflow.processors import Processor, Source, StreamTimes
+from banditflow.processors.ope import (
     MIN_INTERVAL_SIZE,
     MIN_PROPENSITY,
     Z_95,
@@ -28,8 +28,8 @@ from processors.ope import (
     RewardModel,
     Sums,
 )
-from processors.records import LearnerEntry, Settled
-from processors.store import PartitionStore
+from banditflow.processors.records import LearnerEntry, Settled
+from banditflow.processors.store import PartitionStore
 
 LID = "ads"
 ACTIONS = 3

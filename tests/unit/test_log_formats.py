@@ -11,12 +11,12 @@ import json
 import numpy as np
 import pytest
 
-from offline.archive import joined_rounds, read_archive
-from offline.formats import import_log
-from offline.formats.dsjson import dsjson_records, flatten
-from offline.formats.obp import OBPFormatError, obp_records
-from offline.logs.dsjson import build, synthetic_events, true_values
-from streams.cli import main
+from banditflow.offline.archive import joined_rounds, read_archive
+from banditflow.offline.formats import import_log
+from banditflow.offline.formats.dsjson import dsjson_records, flatten
+from banditflow.offline.formats.obp import OBPFormatError, obp_records
+from banditflow.offline.logs.dsjson import build, synthetic_events, true_values
+from banditflow.streams.cli import main
 
 # A CB event as Personalizer's joiner writes it (VW's DSJSON with its label fields): the
 # chosen action first in "a", "p" in the order of "a", the outcome in "o".

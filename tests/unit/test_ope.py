@@ -13,9 +13,9 @@ import math
 import numpy as np
 import pytest
 
-from offline.archive import LoggedRound
-from offline.ope.evaluation import OPEReport, evaluate
-from offline.ope.policies import PolicyError, parse_policy
+from banditflow.offline.archive import LoggedRound
+from banditflow.offline.ope.evaluation import OPEReport, evaluate
+from banditflow.offline.ope.policies import PolicyError, parse_policy
 
 ACTIONS = 4
 DIM = 3
@@ -184,7 +184,7 @@ def test_a_learning_policy_is_evaluated_as_it_learns(tmp_path) -> None:
 def test_learners_that_do_not_fit_the_log_are_refused(tmp_path) -> None:
     import json
 
-    from offline.ope.learning_policy import LearningPolicyError
+    from banditflow.offline.ope.learning_policy import LearningPolicyError
 
     path = tmp_path / "sps.json"
     path.write_text(json.dumps({"family": "conformal", "algorithm": "sps",

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from learners.base import LearnerError
-from learners.prob_graph import lower_bound_constant, reachability
-from learners.prob_graph.bound import kl_bernoulli
+from banditflow.learners.base import LearnerError
+from banditflow.learners.prob_graph import lower_bound_constant, reachability
+from banditflow.learners.prob_graph.bound import kl_bernoulli
 
 
 def gaussian_targets(means: np.ndarray) -> np.ndarray:

@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from learners.prob_graph.scenarios import parse_scenario
-from offline.evaluation import prob_graph as evaluation
-from offline.evaluation.prob_graph import ProbGraphTask, split_feedback
-from offline.evaluation.replay import replay
-from offline.logs import builders
-from streams.cli import main
+from banditflow.learners.prob_graph.scenarios import parse_scenario
+from banditflow.offline.evaluation import prob_graph as evaluation
+from banditflow.offline.evaluation.prob_graph import ProbGraphTask, split_feedback
+from banditflow.offline.evaluation.replay import replay
+from banditflow.offline.logs import builders
+from banditflow.streams.cli import main
 
 # Two arms: playing 0 reveals 1 with p = 0.5, playing 1 reveals 0 always. Gap 1, so
 # b_0 = b_1 = 2 / 1^2 = 2; the LP needs c_1 >= 2 (arm 0 seen through 1) and 0.5 c_0 >= 2,
@@ -169,7 +169,7 @@ def test_make_log_writes_every_report_scenario(tmp_path: Path) -> None:
 
 
 def evaluation_names() -> list[str]:
-    from offline.logs.prob_graph import NAMES
+    from banditflow.offline.logs.prob_graph import NAMES
 
     return NAMES
 

@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from learners.base import LearnerError
-from learners.prob_graph import ALGORITHMS, UCBN, ThompsonSampling
-from learners.prob_graph.scenarios import Environment, loopless_clique, simulate
-from learners.registry import make_learner
+from banditflow.learners.base import LearnerError
+from banditflow.learners.prob_graph import ALGORITHMS, UCBN, ThompsonSampling
+from banditflow.learners.prob_graph.scenarios import Environment, loopless_clique, simulate
+from banditflow.learners.registry import make_learner
 
 PARAMS: dict[str, Any] = {"arms": 3, "edges": [[0, 1, 1.0], [1, 0, 0.5], [1, 2, 0.5], [2, 0, 1.0]]}
 

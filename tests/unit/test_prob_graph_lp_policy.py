@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from learners.base import LearnerError
-from learners.prob_graph import LPPolicy
-from learners.prob_graph.bound import information_targets
-from learners.prob_graph.lp_policy import exploration_level
+from banditflow.learners.base import LearnerError
+from banditflow.learners.prob_graph import LPPolicy
+from banditflow.learners.prob_graph.bound import information_targets
+from banditflow.learners.prob_graph.lp_policy import exploration_level
 
 # Every arm observes itself; arm 2 also reveals arms 0 and 1 with probability 0.9.
 REVEALING: dict[str, Any] = {
@@ -66,7 +66,7 @@ def test_the_warm_up_of_a_revealing_graph_plays_the_revealer_not_every_arm() -> 
     """Every arm observes itself, the revealer (the last) also reveals the other 39 with
     p = 0.9: the old warm-up (bestParent of one short arm at a time) played all 39 directly;
     this one plays the revealer until few arms are left unobserved."""
-    from learners.prob_graph.scenarios import Environment, revealing_action
+    from banditflow.learners.prob_graph.scenarios import Environment, revealing_action
 
     scenario = revealing_action([1.0] + [0.6] * 38 + [0.5], revealer=39)
     learner = LPPolicy.from_params(scenario.learner_params())
@@ -428,8 +428,8 @@ def test_progress_is_not_trapped_on_the_random_graph() -> None:
     T = 10^4, seeds 0-5. The old default ("reveal") spends 10^3-10^4 rounds on a gap-0.1 arm
     that cannot observe itself on seeds 0 and 5 (over 10x C* log T); "progress" stays within
     4x on every seed and 2x on average."""
-    from learners.prob_graph.scenarios import Environment, simulate
-    from offline.logs.prob_graph import build
+    from banditflow.learners.prob_graph.scenarios import Environment, simulate
+    from banditflow.offline.logs.prob_graph import build
 
     scenario, _ = build("random", 0)
     horizon = 10_000
@@ -466,7 +466,7 @@ def test_lowered_targets_stop_chasing_the_noisiest_of_many_arms() -> None:
     """Issue 16 part 2, reduced: on the 40-arm revealing graph the plug-in targets follow the
     highest of 38 noisy gap-0.4 arms, and the LP buys its excess with direct plays; lowered by
     a standard error (the default), the same seeds cost far less."""
-    from learners.prob_graph.scenarios import Environment, revealing_action, simulate
+    from banditflow.learners.prob_graph.scenarios import Environment, revealing_action, simulate
 
     scenario = revealing_action([1.0] + [0.6] * 38 + [0.5], revealer=39)
 

@@ -7,8 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from learners.prob_graph import ALGORITHMS
-from learners.prob_graph.scenarios import Environment, Scenario, revealing_action, simulate
+from banditflow.learners.prob_graph import ALGORITHMS
+from banditflow.learners.prob_graph.scenarios import (
+    Environment,
+    Scenario,
+    revealing_action,
+    simulate,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -7,9 +7,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from learners.base import LearnerError
-from learners.prob_graph import ALGORITHMS
-from learners.prob_graph.scenarios import (
+from banditflow.learners.base import LearnerError
+from banditflow.learners.prob_graph import ALGORITHMS
+from banditflow.learners.prob_graph.scenarios import (
     Environment,
     erdos_renyi,
     loopless_clique,

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from processors import Emitted, Processor, Source, StreamTimes
-from processors.records import DecisionRecord, Settled
-from schemas import Limits
+from banditflow.processors import Emitted, Processor, Source, StreamTimes
+from banditflow.processors.records import DecisionRecord, Settled
+from banditflow.schemas import Limits
 
 LID = "shop"
 
@@ -585,8 +585,8 @@ def test_prob_graph_partial_feedback_without_part() -> None:
 
 def test_deferral_regret_against_opt_from_truth() -> None:
     """Truth with the realised rewards and cost gives the live regret against OPT."""
-    from learners.deferral.opt import fractional_knapsack_opt
-    from processors import stats as learner_stats
+    from banditflow.learners.deferral.opt import fractional_knapsack_opt
+    from banditflow.processors import stats as learner_stats
 
     rng = np.random.default_rng(4)
     p = Processor()
@@ -616,7 +616,7 @@ def test_deferral_regret_against_opt_from_truth() -> None:
 def test_published_decisions_follow_the_decision_schema(processor: Processor) -> None:
     """Decisions are written with orjson, not the pydantic model: they must still be
     exactly what the published schema describes."""
-    from schemas import Decision
+    from banditflow.schemas import Decision
 
     first = processor.on_context(context("e1"), Source("contexts", timestamp=0.5), 1.0)
     again = processor.on_context(context("e1"), Source("contexts", timestamp=0.5), 2.0)
@@ -732,8 +732,8 @@ def test_contradicting_feedback_is_dead_lettered_and_never_reaches_the_learner(
 
 
 def test_a_label_outside_a_partial_set_contradicts_it() -> None:
-    from learners.base import ContradictingFeedback
-    from learners.conformal.base import ConformalLearner
+    from banditflow.learners.base import ContradictingFeedback
+    from banditflow.learners.conformal.base import ConformalLearner
 
     pending = {"threshold": 0.4, "labels": ["b"], "scores": [0.7], "offered": 3}
     assert ConformalLearner.covered_score(pending, {"label": "b"}) == 0.7

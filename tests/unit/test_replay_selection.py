@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from streams.replay import ReplaySettings, selected
+from banditflow.streams.replay import ReplaySettings, selected
 
 
 def record(topic: str, learner: str, ts: float | None, value: bool = True) -> dict:

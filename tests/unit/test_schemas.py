@@ -7,8 +7,16 @@ import json
 import jsonschema
 import pytest
 
-from schemas import MODELS, Context, Feedback, LearnerConfig, Limits, Rejected, parse_event
-from schemas.published import check_published, path_of
+from banditflow.schemas import (
+    MODELS,
+    Context,
+    Feedback,
+    LearnerConfig,
+    Limits,
+    Rejected,
+    parse_event,
+)
+from banditflow.schemas.published import check_published, path_of
 
 
 def test_published_files_match_the_models() -> None:
@@ -16,7 +24,7 @@ def test_published_files_match_the_models() -> None:
 
 
 def test_drift_is_detected(tmp_path, monkeypatch) -> None:
-    import schemas.published as published
+    import banditflow.schemas.published as published
 
     monkeypatch.setattr(published, "DIRECTORY", tmp_path)
     for name in MODELS:

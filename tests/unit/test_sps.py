@@ -9,8 +9,8 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from learners.base import LearnerError
-from learners.conformal.sps import SPS
+from banditflow.learners.base import LearnerError
+from banditflow.learners.conformal.sps import SPS
 
 
 class BruteForceSPS:

@@ -17,10 +17,10 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from learners.base import LearnerError
-from learners.conformal.sps import MIN_MAX_VALUES, SPS, anytime_log_term
-from offline.evaluation.conformal import ConformalTask
-from offline.evaluation.replay import Delay, replay
+from banditflow.learners.base import LearnerError
+from banditflow.learners.conformal.sps import MIN_MAX_VALUES, SPS, anytime_log_term
+from banditflow.offline.evaluation.conformal import ConformalTask
+from banditflow.offline.evaluation.replay import Delay, replay
 
 ALPHA = 0.9
 TAU_STAR = 1.0 + NormalDist().inv_cdf(1 - ALPHA)  # true-label scores N(1, 1)

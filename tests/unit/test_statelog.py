@@ -13,11 +13,11 @@ import numpy as np
 import orjson
 import pytest
 
-import streams.statelog as statelog
-from learners.registry import make_learner
-from processors import PartitionStore, Processor, Source, StreamTimes
-from processors.records import LearnerEntry, LearnerSettings
-from streams.statelog import Commit, LogReader, PartitionLog, decode, encode
+import banditflow.streams.statelog as statelog
+from banditflow.learners.registry import make_learner
+from banditflow.processors import PartitionStore, Processor, Source, StreamTimes
+from banditflow.processors.records import LearnerEntry, LearnerSettings
+from banditflow.streams.statelog import Commit, LogReader, PartitionLog, decode, encode
 
 Records = list[tuple[int, bytes, bytes]]
 

@@ -10,15 +10,15 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from learners.base import Decided, Learned, Learner, LearnerError
-from learners.family import Family
-from learners.fields import FEATURES
-from learners.prob_graph.family import FAMILY as PROB_GRAPH
-from learners.registry import family, register, unregister
-from offline.archive import joined_rounds
-from offline.evaluation.replay import LoggedRound, replay
-from processors import PartitionStore, Processor, Source
-from streams.metrics import PrometheusSink
+from banditflow.learners.base import Decided, Learned, Learner, LearnerError
+from banditflow.learners.family import Family
+from banditflow.learners.fields import FEATURES
+from banditflow.learners.prob_graph.family import FAMILY as PROB_GRAPH
+from banditflow.learners.registry import family, register, unregister
+from banditflow.offline.archive import joined_rounds
+from banditflow.offline.evaluation.replay import LoggedRound, replay
+from banditflow.processors import PartitionStore, Processor, Source
+from banditflow.streams.metrics import PrometheusSink
 
 
 class Greedy(Learner):

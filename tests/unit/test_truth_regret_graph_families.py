@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from learners.graph_cb.algorithms import SquareCBG
-from learners.prob_graph.lp_policy import LPPolicy
-from processors.stats import gauges, on_truth
+from banditflow.learners.graph_cb.algorithms import SquareCBG
+from banditflow.learners.prob_graph.lp_policy import LPPolicy
+from banditflow.processors.stats import gauges, on_truth
 
 
 def test_graph_cb_regret_is_the_expected_loss_of_p_minus_the_best() -> None:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from learners.base import LearnerError
-from learners.registry import make_learner
-from offline.archive import LoggedRound
-from offline.warm_start import WarmStartError, warm_config
-from schemas import LearnerConfig
+from banditflow.learners.base import LearnerError
+from banditflow.learners.registry import make_learner
+from banditflow.offline.archive import LoggedRound
+from banditflow.offline.warm_start import WarmStartError, warm_config
+from banditflow.schemas import LearnerConfig
 
 PARAMS = {"actions": 3, "feature_dim": 2, "graph_kind": "full", "update": "rls"}
 

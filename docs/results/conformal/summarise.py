@@ -67,7 +67,7 @@ def table(runs: dict[str, list[tuple[dict[str, Any], list[dict[str, Any]]]]],
 def curves(log: Path, pairs: list[tuple[dict[str, Any], list[dict[str, Any]]]],
            alpha: float) -> dict[str, np.ndarray]:
     """Per-seed series (seeds x T) of the four panels."""
-    from offline.evaluation.conformal import ConformalTask, read_log
+    from banditflow.offline.evaluation.conformal import ConformalTask, read_log
 
     task = ConformalTask(read_log(log), alpha)
     out: dict[str, list[np.ndarray]] = {}
