@@ -57,6 +57,7 @@ from banditflow.streams.statelog import (
     StateLogLost,
     read_partitions,
 )
+from banditflow.streams.stream_time import FetchAnswers
 from banditflow.streams.topics import TopicError, Topics, ensure_topics, partition_for, state_topic
 
 log = logging.getLogger("banditflow.worker")
@@ -178,10 +179,11 @@ class PartitionRuntime:
 
     def times(self, caught_up_at: dict[str, float | None]) -> StreamTimes:
         """Each stream's time: its latest record, or, once nothing is unread, the wall time
-        at which the broker said so (``idle_lag_s`` earlier: records a producer stamped may
-        still be on their way). Not the wall clock now: the broker's high watermark may be
-        seconds old (a fetch the broker holds for its whole wait, a stalled event loop), and
-        records that came since must not be overtaken by a timeout."""
+        at which the fetch that said so was asked (``idle_lag_s`` earlier: records a producer
+        stamped may still be on their way). Not the wall clock now: the broker's high
+        watermark may be seconds old (a fetch the broker holds for its whole wait, a stalled
+        event loop, a paused process), and records that came since must not be overtaken by
+        a timeout (streams/stream_time.py)."""
 
         def time_of(stream: str) -> float:
             seen = self.clock.get(stream, 0.0)
@@ -459,6 +461,7 @@ class Worker:
         self.producer: AIOKafkaProducer
         self.reader: AIOKafkaConsumer
         self.leader_escape: StaleLeaderEscape
+        self.fetch_answers: FetchAnswers
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -507,6 +510,7 @@ class Worker:
         await self.reader.start()
         await evict_predecessors(s.bootstrap, s.app_id, self.client_id)
         await self.consumer.start()
+        self.fetch_answers = FetchAnswers().install(self.consumer)
         self.leader_escape = StaleLeaderEscape(
             self.consumer._coordinator,
             lambda: group_members(s.bootstrap, s.app_id, self.client_id),
@@ -679,16 +683,16 @@ class Worker:
             self._commit_wanted.clear()
 
     def _caught_up(self, part: PartitionRuntime) -> dict[str, float | None]:
-        """Per stream of ``part``: None while records wait unread, else the wall time of the
-        fetch answer whose high watermark it has read to (aiokafka's last poll time)."""
-        consumer = self.consumer
-        result: dict[str, float | None] = {}
-        for topic, stream in self.streams.items():
-            tp = TopicPartition(topic, part.number)
-            highwater, polled_ms = consumer.highwater(tp), consumer.last_poll_timestamp(tp)
-            caught_up = highwater is not None and part.marks.get(stream, 0) >= highwater
-            result[stream] = polled_ms / 1000 if caught_up and polled_ms is not None else None
-        return result
+        """Per stream of ``part``: None while records wait unread, else the wall time at
+        which the fetch was asked whose high watermark it has read to (streams/stream_time.py:
+        not when the answer was processed, which a pause of this process can delay)."""
+        answers = self.fetch_answers
+        return {
+            stream: answers.caught_up_at(
+                TopicPartition(topic, part.number), part.marks.get(stream, 0)
+            )
+            for topic, stream in self.streams.items()
+        }
 
     def _cut(self, part: PartitionRuntime) -> Cut | None:
         processor = part.processor

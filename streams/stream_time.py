@@ -1,0 +1,91 @@
+"""When the worker may take an input partition as caught up: from what the broker said, and
+when it was asked.
+
+A stream's time advances with its records, and, once nothing is unread, with the wall clock
+(see ``PartitionRuntime.times``); a decision whose feedback stream time passes its deadline
+expires. "Nothing is unread" must hold *at the time it is dated*: a fetch answer says that the
+partition ended at its high watermark at some moment between sending the request and
+reading the answer. aiokafka dates the answer when it *processes* it; an answer the broker
+gave before a pause of the worker (a long GC, a VM migration, SIGSTOP) is processed after it,
+so it was dated seconds after the moment it speaks of, and the stream time jumped over
+deadlines whose feedback came during the pause, still unread.
+
+So an answer is dated when it was **asked for** (the wall clock before the request went
+out): the broker answered after that, so every record it held then is below the high
+watermark it reported. After a pause, nothing can be caught up past the pause's start until
+a fetch sent after it is answered: the worker reads again before it expires anything.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+
+@dataclass(frozen=True)
+class FetchAnswer:
+    """A partition's high watermark as the broker reported it, and the wall time at which
+    the fetch was sent (the broker's answer is no older)."""
+
+    highwater: int
+    asked_at: float
+
+
+def caught_up_at(answer: FetchAnswer | None, position: int) -> float | None:
+    """The wall time up to which a reader at ``position`` has read everything, or None while
+    the broker reported records beyond it (or has not answered yet)."""
+    if answer is None or position < answer.highwater:
+        return None
+    return answer.asked_at
+
+
+class FetchAnswers:
+    """The latest fetch answer per partition of one consumer, dated when it was asked for.
+
+    Installed around aiokafka's private ``Fetcher._proc_fetch_request(assignment, node_id,
+    request)``, which sends one fetch request, processes its answer and sets each answered
+    partition's high watermark and (processing-time) timestamp;
+    tests/unit/test_stream_time.py checks that it is still there and shaped so.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.answers: dict[TopicPartition, FetchAnswer] = {}
+
+    def install(self, consumer: AIOKafkaConsumer) -> FetchAnswers:
+        fetcher = consumer._fetcher
+        proc = fetcher._proc_fetch_request
+
+        async def proc_fetch_request(assignment: Any, node_id: int, request: Any) -> Any:
+            asked_at = self.clock()
+            result = await proc(assignment, node_id, request)
+            self.answered(assignment, request, asked_at)
+            return result
+
+        fetcher._proc_fetch_request = proc_fetch_request
+        return self
+
+    def answered(self, assignment: Any, request: Any, asked_at: float) -> None:
+        """Take the high watermarks that the answer to ``request`` (asked at ``asked_at``)
+        left in ``assignment``: only those it set (aiokafka stamps them when it processes
+        the answer, after ``asked_at``; a partition it discarded or failed keeps an older
+        stamp)."""
+        if not assignment.active:
+            return
+        asked_ms = int(asked_at * 1000)
+        for topic, partitions in request.topics:
+            for partition, *_ in partitions:
+                tp = TopicPartition(topic, partition)
+                state = assignment.state_value(tp)
+                if state is None or state.highwater is None or state.timestamp is None:
+                    continue
+                if state.timestamp >= asked_ms:
+                    self.answers[tp] = FetchAnswer(state.highwater, asked_at)
+
+    def caught_up_at(self, tp: TopicPartition, position: int) -> float | None:
+        """See :func:`caught_up_at`, for ``tp``'s latest answer."""
+        return caught_up_at(self.answers.get(tp), position)

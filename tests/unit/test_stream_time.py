@@ -1,0 +1,130 @@
+"""Caught-up times from fetch answers (streams/stream_time.py), with an injected clock and a
+scripted fetcher that answers as aiokafka's does; the pause of a real worker is in
+tests/integration/test_frozen_worker.py."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from types import SimpleNamespace
+from typing import Any
+
+from aiokafka import TopicPartition
+from aiokafka.consumer.fetcher import Fetcher
+from aiokafka.consumer.subscription_state import SubscriptionState
+
+from banditflow.streams.stream_time import FetchAnswer, FetchAnswers, caught_up_at
+
+TP = TopicPartition("t.feedback", 0)
+
+
+def test_caught_up_only_at_or_past_the_reported_high_watermark() -> None:
+    answer = FetchAnswer(highwater=40, asked_at=100.0)
+    assert caught_up_at(None, 40) is None  # no answer yet
+    assert caught_up_at(answer, 39) is None  # a record waits unread
+    assert caught_up_at(answer, 40) == 100.0
+    assert caught_up_at(answer, 41) == 100.0
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class ScriptedFetcher:
+    """Answers each fetch as aiokafka's ``Fetcher._proc_fetch_request`` does: after the
+    broker's answer (here: ``answer`` set, then whatever pause ``freeze_s`` says), it sets
+    the high watermark and stamps the partition with the time it processed the answer."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.answer = asyncio.Event()
+        self.highwater = 0
+        self.freeze_s = 0.0
+
+    async def _proc_fetch_request(self, assignment: Any, node_id: int, request: Any) -> bool:
+        await self.answer.wait()
+        highwater = self.highwater  # what the broker said when it answered
+        self.clock.now += self.freeze_s  # the process stops before it reads the answer
+        for topic, partitions in request.topics:
+            for partition, *_ in partitions:
+                state = assignment.state_value(TopicPartition(topic, partition))
+                state.highwater = highwater
+                state.timestamp = int(self.clock.now * 1000)
+        return True
+
+
+def assigned() -> Any:
+    subscription = SubscriptionState()
+    subscription.assign_from_user({TP})
+    assignment = subscription.subscription.assignment
+    assignment.state_value(TP).seek(0)
+    return assignment
+
+
+def request() -> Any:
+    return SimpleNamespace(topics=[(TP.topic, [(TP.partition, 0, 1 << 20)])])
+
+
+async def fetch(fetcher: ScriptedFetcher, assignment: Any, highwater: int,
+                freeze_s: float = 0.0) -> None:
+    fetcher.highwater, fetcher.freeze_s = highwater, freeze_s
+    fetcher.answer.set()
+    await fetcher._proc_fetch_request(assignment, 0, request())
+
+
+def installed(clock: Clock) -> tuple[FetchAnswers, ScriptedFetcher, Any]:
+    assignment = assigned()
+    fetcher = ScriptedFetcher(clock)
+    answers = FetchAnswers(clock).install(SimpleNamespace(_fetcher=fetcher))  # type: ignore[arg-type]
+    return answers, fetcher, assignment
+
+
+def test_an_answer_processed_after_a_pause_is_dated_when_it_was_asked() -> None:
+    """The broker answered at t=10 (everything read: high watermark 25); the process froze
+    for 7 s before reading the answer. Up to t=10 the partition was read, not up to t=17:
+    feedback produced in between is unread."""
+
+    async def main() -> None:
+        clock = Clock(10.0)
+        answers, fetcher, assignment = installed(clock)
+        await fetch(fetcher, assignment, highwater=25, freeze_s=7.0)
+        assert clock.now == 17.0
+        assert answers.caught_up_at(TP, 25) == 10.0
+        # The next fetch, asked after the pause, reports the records that came meanwhile:
+        # not caught up until they are read, then as of when it was asked.
+        await fetch(fetcher, assignment, highwater=31)
+        assert answers.caught_up_at(TP, 25) is None
+        assert answers.caught_up_at(TP, 31) == 17.0
+
+    asyncio.run(main())
+
+
+def test_a_partition_the_answer_did_not_update_keeps_its_answer() -> None:
+    """A partition whose answer aiokafka discarded (the position moved meanwhile) or failed
+    keeps an older stamp: the new request's time does not make it caught up."""
+
+    async def main() -> None:
+        clock = Clock(50.0)
+        answers, assignment = FetchAnswers(clock), assigned()
+        state = assignment.state_value(TP)
+        state.highwater, state.timestamp = 12, 49_000  # an answer from before this request
+        answers.answered(assignment, request(), asked_at=clock())
+        assert answers.caught_up_at(TP, 12) is None
+        state.timestamp = 50_000
+        answers.answered(assignment, request(), asked_at=clock())
+        assert answers.caught_up_at(TP, 12) == 50.0
+
+    asyncio.run(main())
+
+
+def test_the_aiokafka_internals_it_wraps_are_there() -> None:
+    parameters = list(inspect.signature(Fetcher._proc_fetch_request).parameters)
+    assert parameters == ["self", "assignment", "node_id", "request"]
+    assert inspect.iscoroutinefunction(Fetcher._proc_fetch_request)
+    source = inspect.getsource(Fetcher._proc_fetch_request)
+    assert "tp_state.highwater = highwater" in source
+    assert "tp_state.timestamp = now_ms" in source
