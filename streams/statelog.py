@@ -488,6 +488,9 @@ async def read_partitions(
             if highwater is not None and await consumer.position(tp) >= highwater:
                 pending.remove(tp)
                 consumer.pause(tp)
+                # (where the next record lands, also after records no reader took)
+                readers[tp.partition].end_offset = max(readers[tp.partition].end_offset,
+                                                       highwater)
     consumer.unsubscribe()
     return readers
 
@@ -524,11 +527,12 @@ async def _snapshot_pointer(
     poll_ms: int,
     waits: FetchWait,
 ) -> int | None:
-    """Where the latest complete snapshot starts (None: the log has none yet), as the last
-    record that landed where its writer expected names it. A failed writer's records at
-    the end are passed over; so a window at the end of the log is read, and widened as long
-    as it holds no such record. (On Tansu ``end`` is the last batch's first offset + 1: the
-    window reaches the true end anyway, read to the high watermark.)"""
+    """Where the latest complete snapshot starts (None: the log has none yet, or no record
+    of it can be read), as the last record that landed where its writer expected names it.
+    A failed writer's records at the end are passed over; so a window at the end of the log
+    is read, and widened as long as it holds no such record. (On Tansu ``end`` is the last
+    batch's first offset + 1: the window reaches the true end anyway, read to the high
+    watermark.)"""
     window = 16
     while True:
         start = max(0, end - window)
@@ -550,13 +554,14 @@ async def _snapshot_pointer(
         if found:
             return pointer
         if start == 0:
-            raise StateLogLost(
-                f"{topic}[{tp.partition}]: no record of the log landed where its writer "
-                "expected it: the records before them are gone (the broker was emptied or "
-                "replaced, or the topic recreated), or this is not a banditflow state log",
-                tp.partition,
-                consumer.highwater(tp),
-            )
+            # The whole log, from offset 0, and not one record of it where its writer
+            # expected it: writes of a worker that had lost the partition, into an emptied
+            # broker (it stops at the first: Worker._writes_stopped). No commit of this log
+            # is readable: its state is empty, as on a broker that has no log at all.
+            log.warning("%s[%d]: none of its %d records landed where its writer expected "
+                        "it (a former broker's worker wrote them); starting it empty",
+                        topic, tp.partition, len(window_records))
+            return None
         window *= 8
 
 

@@ -531,10 +531,9 @@ class Worker:
             await committer  # a commit in flight completes: never cut one in half
             if self._recovering is not None:
                 self._recovering.cancel()
-            if self.exit_status != EXIT_STATE_LOST:  # (never write into a broker that lost it)
-                with contextlib.suppress(KafkaError, OSError, StateLogError):
-                    await self.commit()
-                    await self.seal()
+            with contextlib.suppress(KafkaError, OSError, StateLogError):
+                await self.commit()
+                await self.seal()
             await self.consumer.stop()  # leaves the group: the partitions move at once
             await self.reader.stop()
             await self.producer.stop()
@@ -584,6 +583,16 @@ class Worker:
                 self._state_lost(StateLogLost(f"{lost}; and it cannot start fresh: {exc}", -1),
                                  fatal=True)
             return
+
+    def _writes_stopped(self) -> bool:
+        """Whether the broker lost the state and this worker is stopping for it: from then
+        on it writes nothing (not even the commit it could not finish): whatever it wrote
+        would land in a broker that no longer holds what it builds on, and confuse the
+        worker started there next."""
+        if self.exit_status != EXIT_STATE_LOST:
+            return False
+        self._unfinished = []
+        return True
 
     def _state_lost(self, lost: StateLogLost, fatal: bool = False) -> None:
         """The broker no longer holds (part of) the state log: stop with EXIT_STATE_LOST, or
@@ -741,6 +750,8 @@ class Worker:
         else, and its decisions must go out before a later commit hides its outbox.
         """
         async with self._commit_lock:
+            if self._writes_stopped():
+                return
             started = time.monotonic()
             if not self._unfinished:
                 self.wall = time.time()
@@ -792,8 +803,8 @@ class Worker:
         one more, empty, so that the next owner does not publish them again (it does when a
         worker died, not knowing whether they went out)."""
         async with self._commit_lock:
-            if self._unfinished:
-                return  # the last commit did not complete: its decisions must go again
+            if self._unfinished or self._writes_stopped():
+                return  # (the last commit did not complete: its decisions must go again)
             cuts = []
             for part in self.partitions.values():
                 # (only right after a commit: nothing applied since that it would omit)
@@ -1000,7 +1011,7 @@ class Worker:
     async def _claim(self, part: PartitionRuntime, generation: int) -> bool:
         """Write ``part``'s claim and activate it, if the assignment has not changed and the
         claim lands where ``part``'s log expects it (nobody else wrote since)."""
-        if not self._current(generation, part.number):
+        if not self._current(generation, part.number) or self._writes_stopped():
             return False  # (it would be ignored anyway, landing where it did not expect)
         records = part.log.claim(dict(part.marks), dict(part.clock))
         try:

@@ -85,6 +85,19 @@ def test_a_broker_that_lost_the_state_stops_the_worker_with_status_3(tmp_path) -
         assert "--on-state-loss=fresh" in log
         assert "Traceback" not in log
         assert outage_lines < 200, f"{outage_lines} log lines for an 8 s outage"
+        # It stopped writing at the write that found the loss: no retry of the commit it
+        # could not finish, no claim, no final commit (issue 28).
+        assert "commit before a rebalance failed" not in log
+        assert log.count("landed at") <= 2  # (one per partition at most)
+        # A worker started on that broker next reads what the lost one wrote there as no
+        # state, and decides.
+        fresh = start(broker.bootstrap, "lost", 2, free_port(), tmp_path / "fresh.log")
+        try:
+            assert len(decide(broker.bootstrap, "lost", 100, 20)) == 20
+            assert fresh.poll() is None
+        finally:
+            fresh.terminate()
+            fresh.wait(timeout=30)
     finally:
         if worker.poll() is None:
             worker.kill()
