@@ -178,7 +178,6 @@ class Processor:
                 ts=self._wall(now),
             )
         )
-        self.sink.dead_lettered(reason)
         self.sink.processed(source.topic, Outcome.DEAD_LETTERED)
 
     def _parse(

@@ -15,9 +15,6 @@ class Sink:
     def processed(self, topic: str, outcome: Outcome) -> None:
         """One record of ``topic`` handled with ``outcome``."""
 
-    def dead_lettered(self, reason: str) -> None:
-        """One record dead-lettered with ``reason``."""
-
     def feedback_applied(self, learner_id: str, delay_s: float) -> None:
         """Feedback applied ``delay_s`` after its decision."""
 

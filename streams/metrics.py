@@ -209,6 +209,8 @@ class PrometheusSink(Sink):
         self._records[topic, outcome] += 1
 
     def dead_lettered(self, reason: str) -> None:
+        """One dead letter published with ``reason`` (the worker's own observation: a
+        fenced commit's dead letters are never published, nor counted)."""
         self._dead_letters[reason] += 1
 
     def published(self, latencies_s: list[float]) -> None:

@@ -7,13 +7,15 @@ is one record (a few when large, see ``PART_BYTES``) holding, zstd-compressed JS
   commit (learner entries ``l/<id>``, decisions ``d/<id>/<event>``, holds ``h/<id>/<event>``);
 - ``marks``: the next offset of each input stream after the events the commit covers, and
   ``clock``: how far each stream had advanced in event time;
-- ``outbox``: the decisions the commit's events produced, exactly as published.
+- ``outbox``: the decisions the commit's events produced, exactly as published, and
+  ``dead_letters``: the dead letters they produced.
 
 State and input offsets are in one record, so a crash loses a whole commit or nothing: a
 restarted worker resumes each input stream at the marks of the last commit, and no event is
-applied twice or lost, without Kafka transactions. Decisions are published only once their
-commit is acknowledged; the outbox of the last commit is published again on recovery, as it
-may not have gone out (a decision is then seen twice, identical).
+applied twice or lost, without Kafka transactions. Decisions and dead letters are published
+only once their commit is acknowledged (so a fenced zombie's never are); those of the last
+commit are published again on recovery, as they may not have gone out (one is then seen
+twice, identical).
 
 **Bounded recovery.** The broker may never compact (the embedded one does not), so the log is
 read from a snapshot, not from its beginning. A snapshot is *fuzzy*: once the bytes written
@@ -41,7 +43,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,6 +96,7 @@ class Commit:
     # Set on the commit that completes a snapshot: where it starts, how large it was and
     # when (wall clock).
     snapshot: dict[str, float] | None = None
+    dead_letters: list[str] = field(default_factory=list)
 
     def header(self) -> JSON:
         return {
@@ -105,6 +108,7 @@ class Commit:
             "lengths": [len(value) for _, value in self.puts],
             "deletes": self.deletes,
             "outbox": self.outbox,
+            "dead_letters": self.dead_letters,
             "claim": self.claim,
             "snapshot": self.snapshot,
         }
@@ -206,6 +210,7 @@ def decode(payload: bytes, into: dict[str, bytes] | None = None) -> Commit:
     return Commit(
         header["epoch"], header["seq"], header["marks"], header["clock"], puts,
         header["deletes"], header["outbox"], header["claim"], header["snapshot"],
+        header.get("dead_letters", []),  # (absent in logs written before they were kept)
     )
 
 
@@ -312,6 +317,7 @@ class PartitionLog:
         marks: dict[str, int],
         clock: dict[str, float],
         outbox: list[str],
+        dead_letters: Sequence[str] = (),
     ) -> list[tuple[bytes, bytes]]:
         """The records of the next commit (changes, plus a snapshot slice when one is due)."""
         def dumps(value: Any) -> bytes:
@@ -338,7 +344,7 @@ class PartitionLog:
                 }
         commit = Commit(
             self.epoch, self.seq, marks, clock, puts, changes.deletes, outbox,
-            snapshot=completed,
+            snapshot=completed, dead_letters=list(dead_letters),
         )
         return self._records(commit, completed)
 

@@ -8,10 +8,12 @@ One asyncio process, on aiokafka:
   the state log writer, the stream clocks and the input marks (the next offset per stream);
 - a committer: every ``commit_interval_s`` (sooner once ``max_batch_events`` wait) it runs
   the timers, writes each partition's changes and input marks to the state log as one
-  record, and once the broker has acknowledged it, publishes the decisions. Events keep
+  record, and once the broker has acknowledged it, publishes the decisions and dead letters
+  (a fenced former owner's never go out). Events keep
   flowing in while a commit is in flight; a commit never waits for the input to run out;
 - on assignment, a partition is read back from its state log (from its latest snapshot),
-  the last commit's decisions are published again, a claim fences former owners, and the
+  the last commit's decisions and dead letters are published again, a claim fences former
+  owners, and the
   inputs resume at the recovered marks; on revocation, a final commit;
 - an HTTP server on a thread: ``/metrics`` (Prometheus), ``/ready``, ``/healthz``.
 
@@ -165,7 +167,6 @@ class PartitionRuntime:
                     INTERNAL_ERRORS.suppressed_note(),
                 )
             emitted = Emitted(dead_letters=[internal_error(exc, source, record.value, wall)])
-            self.processor.sink.dead_lettered("internal_error")
         self.marks[stream] = offset + 1
         self.take(emitted)
 
@@ -424,7 +425,8 @@ class Cut:
     state: list[tuple[bytes, bytes]]
     decisions: list[str]
     context_ts: list[float]
-    dead_letters: list[bytes]
+    dead_letters: list[str]  # as in the state log record
+    dead_reasons: list[str]
     marks: dict[str, int]
     written: bool = False  # the state log acknowledged ``state`` where this owner expected
 
@@ -723,9 +725,11 @@ class Worker:
         context_ts, part.context_ts = part.context_ts, []
         dead, part.dead_letters = part.dead_letters, []
         marks = dict(part.marks)
-        state = part.log.commit(processor.store, changes, marks, dict(part.clock), decisions)
-        dead_json = [d.model_dump_json().encode() for d in dead]
-        return Cut(part, state, decisions, context_ts, dead_json, marks)
+        dead_json = [d.model_dump_json() for d in dead]
+        state = part.log.commit(
+            processor.store, changes, marks, dict(part.clock), decisions, dead_json
+        )
+        return Cut(part, state, decisions, context_ts, dead_json, [d.reason for d in dead], marks)
 
     def _unexport(self, part: PartitionRuntime) -> None:
         """Drop the series of ``part``'s learners: whoever recovers the partition exports
@@ -747,7 +751,8 @@ class Worker:
 
         A commit that fails halfway (the broker is gone) is taken up again by the next call,
         with the same records, before anything new is cut: a cut's changes exist nowhere
-        else, and its decisions must go out before a later commit hides its outbox.
+        else, and its decisions and dead letters must go out before a later commit hides
+        them (a recovery publishes the last commit's again).
         """
         async with self._commit_lock:
             if self._writes_stopped():
@@ -765,33 +770,24 @@ class Worker:
             cuts = self._unfinished
             if not cuts:
                 return
-            # Dead letters first: they depend on no state, and a crash after the state log
-            # write must not lose them (the redone batch would not produce them again).
-            await self._send_all(
-                (self.topics.deadletter, cut.part.number, None, value)
-                for cut in cuts
-                for value in cut.dead_letters
-            )
-            for cut in cuts:
-                cut.dead_letters = []
             unwritten = [cut for cut in cuts if not cut.written]
             for cut, offsets in zip(unwritten, await self._send_state(unwritten), strict=True):
                 cut.written = cut.part.log.acked(offsets)
                 if not cut.written:
                     self._fenced(cut.part)
             written = [cut for cut in cuts if cut.written]
-            await self._send_all(
-                (self.topics.decisions, cut.part.number, None, value.encode())
-                for cut in written
-                for value in cut.decisions
-            )
+            await self._send_all(self._outputs(
+                (cut.part.number, cut.decisions, cut.dead_letters) for cut in written
+            ))
             self._unfinished = []
             self.broker_heard = time.monotonic()
             published = time.time()
             for cut in written:
                 self.sink.published([max(0.0, published - ts) for ts in cut.context_ts])
+                for reason in cut.dead_reasons:  # (counted once out, not when produced)
+                    self.sink.dead_lettered(reason)
                 cut.part.committed_marks = cut.marks
-                cut.part.unsealed = bool(cut.decisions)
+                cut.part.unsealed = bool(cut.decisions or cut.dead_letters)
                 self.sink.commits.labels(str(cut.part.number)).inc()
                 self.sink.state_log_bytes.inc(sum(len(v) for _, v in cut.state))
             self.sink.commit_seconds.observe(time.monotonic() - started)
@@ -812,10 +808,20 @@ class Worker:
                     records = part.log.commit(
                         part.processor.store, Changes(), dict(part.marks), dict(part.clock), []
                     )
-                    cuts.append(Cut(part, records, [], [], [], dict(part.marks)))
+                    cuts.append(Cut(part, records, [], [], [], [], dict(part.marks)))
             for cut, offsets in zip(cuts, await self._send_state(cuts), strict=True):
                 if cut.part.log.acked(offsets):
                     cut.part.unsealed = False
+
+    def _outputs(
+        self, commits: Iterable[tuple[int, list[str], list[str]]]
+    ) -> Iterable[tuple[str, int, bytes | None, bytes]]:
+        """The records that publish committed (partition, decisions, dead letters)."""
+        for number, decisions, dead_letters in commits:
+            for value in decisions:
+                yield self.topics.decisions, number, None, value.encode()
+            for value in dead_letters:
+                yield self.topics.deadletter, number, None, value.encode()
 
     async def _send_state(self, cuts: list[Cut]) -> list[list[int]]:
         futures = [
@@ -991,11 +997,11 @@ class Worker:
         )
         if not self._current(generation, number):
             return False
-        if reader.last is not None and not reader.last.claim and reader.last.outbox:
-            # The last commit's decisions may not have gone out before the crash.
+        if reader.last is not None and not reader.last.claim:
+            # The last commit's decisions and dead letters may not have gone out before the
+            # crash.
             await self._send_all(
-                (self.topics.decisions, number, None, value.encode())
-                for value in reader.last.outbox
+                self._outputs([(number, reader.last.outbox, reader.last.dead_letters)])
             )
         if not await self._claim(part, generation):
             return False

@@ -116,6 +116,23 @@ def test_a_former_owner_is_ignored_after_a_claim_and_fenced_by_offsets() -> None
     assert reader.last is not None and reader.last.claim and reader.last.epoch == second.epoch
 
 
+def test_a_commit_keeps_its_dead_letters_and_older_logs_still_read() -> None:
+    """Dead letters go out after their commit (a fenced one's never): the commit keeps them,
+    for the recovery to publish again if the worker died before they went out."""
+    log: Records = []
+    writer = PartitionLog(0, LogReader())
+    store = PartitionStore()
+    dead = ['{"reason": "malformed_json", "offset": 4}']
+    assert writer.acked(append(log, writer.commit(store, store.changes(), {}, {}, [], dead)))
+    assert recover(log).last.dead_letters == dead  # type: ignore[union-attr]
+    # A commit written before dead letters were kept has none.
+    older = commit(1, 0, outbox=['{"a": 1}'])
+    header = older.header()
+    del header["dead_letters"]
+    payload = statelog._COMPRESSOR.compress(orjson.dumps(header) + b"\n")
+    assert decode(payload).dead_letters == []
+
+
 def run_partition(seed: int, events: int) -> tuple:
     """Conformal learners of one partition driven by random contexts, feedback and
     timeouts, committed to a simulated log at random moments. Most learners fall idle after
