@@ -177,17 +177,21 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    # Until the worker installs its own handler: a SIGTERM while it imports, waits for the
+    # broker or creates topics stops it cleanly (it owns nothing yet), not with -15.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     import logging
 
     from banditflow.streams.broker import wait_for_broker
     from banditflow.streams.topics import Topics, ensure_topics
-    from banditflow.streams.worker import RepeatFilter, run_worker
+    from banditflow.streams.worker import RejoinNote, RepeatFilter, run_worker
 
     logging.basicConfig(
         level=args.loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     for handler in logging.getLogger().handlers:
         handler.addFilter(RepeatFilter())
+        handler.addFilter(RejoinNote())
     wait_for_broker(args.bootstrap)
     settings = worker_settings(args)
     ensure_topics(settings.bootstrap, Topics(settings.prefix), settings.partitions, settings.app_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -238,6 +239,14 @@ class PrometheusSink(Sink):
 
     def pending(self, partition: int, open_decisions: int) -> None:
         self.pending_decisions.labels(str(partition)).set(open_decisions)
+
+    def forget_partition(self, partition: int) -> None:
+        """Drop the series that describe ``partition`` as it is now (it left this worker;
+        its new owner exports them). Its last recovery's figures stay: they describe that
+        recovery."""
+        for gauge in (self.pending_decisions, self.state_keys):
+            with contextlib.suppress(KeyError):
+                gauge.remove(str(partition))
 
     def learner_state(
         self,

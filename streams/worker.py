@@ -399,6 +399,27 @@ class RepeatFilter(logging.Filter):
         return True
 
 
+class RejoinNote(logging.Filter):
+    """aiokafka logs as errors what a worker paused longer than its session (a long GC, a VM
+    migration, SIGSTOP) or cut off from the broker meets on resuming: its session expired,
+    the group no longer knows it. It rejoins; its partitions may have moved, and anything it
+    wrote meanwhile is fenced. Expected, so a warning, saying so (an operator reads ERROR as
+    a failure)."""
+
+    TEMPLATES = (
+        "Heartbeat session expired - marking coordinator dead",
+        "OffsetCommit failed for group %s due to group error (%s), will rejoin",
+    )
+    NOTE = (" (this worker was paused or cut off from the broker for longer than its session: "
+            "it rejoins the group, and whatever it wrote since its partitions moved is fenced)")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.ERROR and record.msg in self.TEMPLATES:
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.msg = f"{record.msg}{self.NOTE}"
+        return True
+
+
 # Internal errors are dead-lettered one by one (with the exception); the log gets a sample.
 INTERNAL_ERRORS = Throttle(every_s=10.0)
 COMMIT_FAILURES = Throttle(every_s=10.0)
@@ -473,6 +494,10 @@ class Worker:
 
     async def run(self) -> None:
         s = self.settings
+        # First: a SIGTERM while the clients start must stop the worker cleanly too.
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stopping.set)
         session_ms = int(s.session_timeout_s * 1000)
         self.producer = AIOKafkaProducer(
             bootstrap_servers=s.bootstrap,
@@ -519,9 +544,6 @@ class Worker:
             stale_after_s=2 * s.session_timeout_s,
         ).install()
         self.consumer.subscribe(self.topics.inputs(), listener=_Rebalance(self))
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.stopping.set)
         committer = asyncio.create_task(self._commit_loop())
         watcher = asyncio.create_task(self._watch_broker())
         try:
@@ -732,9 +754,10 @@ class Worker:
         return Cut(part, state, decisions, context_ts, dead_json, [d.reason for d in dead], marks)
 
     def _unexport(self, part: PartitionRuntime) -> None:
-        """Drop the series of ``part``'s learners: whoever recovers the partition exports
-        them (a worker that lost it must not serve their last values on)."""
+        """Drop the series of ``part`` and its learners: whoever recovers the partition
+        exports them (a worker that lost it must not serve their last values on)."""
         self.sink.forget(*part.processor.store.learners)
+        self.sink.forget_partition(part.number)
 
     def _export_gauges(self, part: PartitionRuntime, learner_id: str) -> None:
         entry = part.processor.store.learners.get(learner_id)
@@ -1120,11 +1143,14 @@ class Worker:
                     status, body = (200 if ok else 503), text.encode()
                 elif self.path != "/healthz":
                     status, body = 404, b"not found: /metrics, /ready, /healthz"
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", content_type)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client hung up (a probe that timed out): nobody to answer
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # one line per scrape is noise

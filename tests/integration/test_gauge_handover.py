@@ -11,7 +11,7 @@ import pytest
 from conftest import Worker
 from kafka import KafkaProducer
 
-from banditflow.streams.scrape import value
+from banditflow.streams.scrape import samples, value
 from banditflow.streams.topics import partition_for
 
 pytestmark = pytest.mark.integration
@@ -63,3 +63,13 @@ def test_gauges_move_with_their_partitions(
         return True
 
     wait_until(exported_where_owned, timeout_s=30)
+
+    def partitions_exported(worker: Worker) -> set[int]:
+        """The partitions of the worker's per-partition state series (issue 28: the former
+        owner kept exporting a moved partition's pending decisions)."""
+        return {int(dict(labels)["partition"])
+                for (name, labels), _ in samples(worker.metrics()).items()
+                if name in ("banditflow_pending_decisions", "banditflow_state_keys")}
+
+    assert partitions_exported(first) <= mine
+    assert partitions_exported(second) <= set(range(PARTITIONS)) - mine
