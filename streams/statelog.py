@@ -30,7 +30,9 @@ changed since), not O(history).
 older epochs that come after it in the log (a zombie's late commit) are ignored by every reader.
 A writer knows where its records must land (it is the only writer while it owns the partition);
 a record acknowledged at another offset means someone else wrote, and the writer stops using
-the partition until it has read the log again (``PartitionLog.acked``).
+the partition until it has read the log again (``PartitionLog.acked``) — unless what came
+before its records is only records of older epochs (a fenced zombie's, which no reader takes):
+then it writes the same commit again after them (``PartitionLog.stale_only``, ``rewrite``).
 
 **Tansu.** ListOffsets on the embedded broker answers the last *batch*'s base offset + 1 rather
 than the last record's offset + 1 (tests/integration/test_state_layer.py names this). The
@@ -305,6 +307,7 @@ class PartitionLog:
         )
         self._dump: _Dump | None = None
         self._inflight: tuple[int, int, dict[str, float] | None] | None = None
+        self._built: tuple[Commit, dict[str, float] | None] | None = None  # (for rewrite)
 
     def claim(self, marks: dict[str, int], clock: dict[str, float]) -> list[tuple[bytes, bytes]]:
         """The first record of a new owner: fences every older epoch."""
@@ -354,7 +357,26 @@ class PartitionLog:
         records = encode(commit, self.snapshot_at, self.next_offset)
         size = sum(len(value) for _, value in records)
         self._inflight = (len(records), size, completed)
+        self._built = (commit, completed)
         return records
+
+    def stale_only(self, keys: Iterable[bytes]) -> bool:
+        """Whether the records with ``keys`` (those that landed among or before the last
+        built records, where this owner expected its own) are all of older epochs: a
+        former owner's late writes, which every reader passes over after this owner's
+        claim, so they change nothing this owner builds on."""
+        try:
+            return all(Header.decode(key).epoch < self.epoch for key in keys)
+        except (StateLogError, ValueError, KeyError):
+            return False
+
+    def rewrite(self, offset: int) -> list[tuple[bytes, bytes]]:
+        """The last built commit again, expected at ``offset`` (the log's end after records
+        of older epochs took its place, see ``stale_only``): its first landing, elsewhere
+        than its records say, is passed over by every reader."""
+        assert self._built is not None and offset >= self.next_offset
+        self.next_offset = offset
+        return self._records(*self._built)
 
     def _snapshot_due(self, keys: int) -> bool:
         """Whether a recovery now would read much more than the state: it reads the last

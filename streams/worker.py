@@ -372,6 +372,9 @@ BROKER_PROBE_S = 1.0
 # The worker's exit status when the broker lost its state (see --on-state-loss); a
 # supervisor restarting it blindly would only meet the same loss again.
 EXIT_STATE_LOST = 3
+# A commit that landed after more records of a former owner than this is not written again
+# after them (see Worker._write_past_stale): the partition is read back instead.
+MAX_STALE_RECORDS = 64
 # How often the worker checks that its topics still exist as created.
 TOPIC_CHECK_S = 5.0
 
@@ -483,6 +486,7 @@ class Worker:
         self.consumer: AIOKafkaConsumer
         self.producer: AIOKafkaProducer
         self.reader: AIOKafkaConsumer
+        self.fence_reader: AIOKafkaConsumer
         self.leader_escape: StaleLeaderEscape
         self.fetch_answers: FetchAnswers
 
@@ -530,11 +534,21 @@ class Worker:
             auto_offset_reset="none",
             client_id=f"{s.app_id}-state-reader",
         )
+        # Reads the few records a former owner wrote where a commit expected to land (in
+        # a commit: the recoveries, meanwhile, use ``reader``).
+        self.fence_reader = AIOKafkaConsumer(
+            bootstrap_servers=s.bootstrap,
+            enable_auto_commit=False,
+            auto_offset_reset="none",
+            fetch_max_wait_ms=20,
+            client_id=f"{s.app_id}-fence-reader",
+        )
         server = self._serve_http()
         # While the group forms (a second or more, mostly waiting), not while serving.
         threading.Thread(target=preload_families, name="preload", daemon=True).start()
         await self.producer.start()
         await self.reader.start()
+        await self.fence_reader.start()
         await evict_predecessors(s.bootstrap, s.app_id, self.client_id)
         await self.consumer.start()
         self.fetch_answers = FetchAnswers().install(self.consumer)
@@ -560,6 +574,7 @@ class Worker:
                 await self.seal()
             await self.consumer.stop()  # leaves the group: the partitions move at once
             await self.reader.stop()
+            await self.fence_reader.stop()
             await self.producer.stop()
             server.shutdown()
 
@@ -795,7 +810,9 @@ class Worker:
                 return
             unwritten = [cut for cut in cuts if not cut.written]
             for cut, offsets in zip(unwritten, await self._send_state(unwritten), strict=True):
-                cut.written = cut.part.log.acked(offsets)
+                cut.written = cut.part.log.acked(offsets) or await self._write_past_stale(
+                    cut, offsets
+                )
                 if not cut.written:
                     self._fenced(cut.part)
             written = [cut for cut in cuts if cut.written]
@@ -921,6 +938,49 @@ class Worker:
                 await asyncio.wait_for(self.consumer.commit(offsets), 5.0)
 
         self._offsets_commit = asyncio.create_task(commit_offsets())
+
+    async def _write_past_stale(self, cut: Cut, offsets: list[int]) -> bool:
+        """When ``cut``'s records landed after records of older epochs only (a former
+        owner, paused, resumed and not yet told it lost the partition, wrote a commit that
+        every reader passes over), write the commit again after them: a read of those few
+        records and one write, not a recovery of the partition. False when anything else
+        came between (the partition is read again)."""
+        writer = cut.part.log
+        ours = set(offsets)
+        end = max(offsets, default=-1) + 1
+        between = [offset for offset in range(writer.next_offset, end) if offset not in ours]
+        if not between or len(between) > MAX_STALE_RECORDS:
+            return False
+        keys = await self._state_keys(cut.part.number, between)
+        if keys is None or not writer.stale_only(keys):
+            return False
+        cut.state = writer.rewrite(end)
+        (landed,) = await self._send_state([cut])
+        if not writer.acked(landed):
+            return False
+        log.info("partition %d: %d record(s) of a former owner came before this commit; "
+                 "written again after them", cut.part.number, len(between))
+        return True
+
+    async def _state_keys(self, number: int, offsets: list[int]) -> list[bytes] | None:
+        """The keys of the state log records of partition ``number`` at ``offsets`` (None
+        if they cannot all be read within a few seconds)."""
+        tp = TopicPartition(self.state_topic, number)
+        reader, wanted, keys = self.fence_reader, set(offsets), []
+        reader.assign([tp])
+        reader.seek(tp, min(offsets))
+        deadline = time.monotonic() + 5.0
+        try:
+            while wanted and time.monotonic() < deadline:
+                for record in (await reader.getmany(tp, timeout_ms=200)).get(tp, []):
+                    if record.offset in wanted:
+                        wanted.discard(record.offset)
+                        keys.append(record.key)
+        except KafkaError:
+            return None
+        finally:
+            reader.unsubscribe()
+        return None if wanted else keys
 
     def _fenced(self, part: PartitionRuntime) -> None:
         log.warning(

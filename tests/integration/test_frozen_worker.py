@@ -15,7 +15,9 @@ the other, and it resumes as a zombie). Checked at the end:
   again by whoever recovers it), and no dead letter of a zombie's commit (before the fix a
   resumed zombie re-published dead letters the new owner had published);
 - the dead-letter counters of the workers add up to the distinct dead letters on the topic
-  at most (each published once by the worker that counts it).
+  (each counted once, by the worker whose commit published it);
+- a zombie's late record costs the rightful owner no recovery: only the zombie reads its
+  partition back (at most once per freeze), the owner writes its commit again after it.
 
 ``FROZEN_FREEZES`` sets the number of freezes (``make fault``: 12; ``make test``: 3).
 """
@@ -199,3 +201,6 @@ def test_frozen_workers_expire_nothing_in_time_and_publish_no_zombie_dead_letter
         if name == "banditflow_dead_letters_total"
     )
     assert counted == len(distinct), (counted, len(distinct), len(letters))
+    fenced = sum(worker.log().count("another worker wrote to its state log")
+                 for worker in running)
+    assert fenced <= (FREEZES if workers > 1 else 0), fenced

@@ -17,6 +17,7 @@ import banditflow.streams.statelog as statelog
 from banditflow.learners.registry import make_learner
 from banditflow.processors import PartitionStore, Processor, Source, StreamTimes
 from banditflow.processors.records import LearnerEntry, LearnerSettings
+from banditflow.processors.store import Changes
 from banditflow.streams.statelog import Commit, LogReader, PartitionLog, decode, encode
 
 Records = list[tuple[int, bytes, bytes]]
@@ -131,6 +132,37 @@ def test_a_commit_keeps_its_dead_letters_and_older_logs_still_read() -> None:
     del header["dead_letters"]
     payload = statelog._COMPRESSOR.compress(orjson.dumps(header) + b"\n")
     assert decode(payload).dead_letters == []
+
+
+def test_a_commit_that_landed_after_a_zombies_late_record_is_written_again_after_it() -> None:
+    """A former owner, paused past its session, writes once more after the new owner's
+    claim. The new owner's next commit lands after that record, not where it expected: it
+    recognises the record as an older epoch's and writes the same commit again after it,
+    instead of reading the partition back."""
+    log: Records = []
+    zombie = PartitionLog(0, LogReader())
+    assert zombie.acked(append(log, zombie.claim({}, {})))
+    owner = PartitionLog(0, recover(log))
+    assert owner.acked(append(log, owner.claim({}, {})))
+    store = PartitionStore()
+    late = zombie.commit(store, Changes([("l/x", {"v": 1})]), {"contexts": 5}, {}, ['{"z": 1}'])
+    assert not zombie.acked(append(log, late))  # (the zombie learns it was fenced)
+    first = append(log, owner.commit(store, Changes([("l/x", {"v": 2})]), {"contexts": 7}, {},
+                                     ['{"o": 1}']))
+    assert not owner.acked(first)
+    between = [key for offset, key, _ in log if owner.next_offset <= offset < first[0]]
+    assert owner.stale_only(between)
+    assert owner.acked(append(log, owner.rewrite(first[-1] + 1)))
+    reader = recover(log)
+    assert reader.last is not None and reader.last.epoch == owner.epoch
+    assert reader.last.outbox == ['{"o": 1}'] and reader.last.marks == {"contexts": 7}
+    assert parsed(reader.values) == {"l/x": {"v": 2}}
+    # The owner goes on where its log ends.
+    assert owner.acked(append(log, owner.commit(store, Changes(), {"contexts": 8}, {}, [])))
+    # A record of a newer epoch (another owner claimed since) is no zombie's: not stale.
+    newer = PartitionLog(0, recover(log))
+    claim = newer.claim({}, {})
+    assert not owner.stale_only([key for key, _ in claim])
 
 
 def run_partition(seed: int, events: int) -> tuple:
