@@ -61,12 +61,16 @@ test: $(DEV) system-deps lint
 
 # The fault suite at full size (issue 12): 10^5 hostile records through a real worker, and
 # more hypothesis examples; `make test` runs it at 20,000 (FAULT_CORPUS_SIZE, FAULT_SEED,
-# FAULT_SKIP: see tests/fault/test_corpus.py). Numbers: runs/fault/corpus.json. Then 100
-# kill -9s among two or three workers under load (`make test`: 10; FAULT_KILLS).
+# FAULT_SKIP: see tests/fault/test_corpus.py). Numbers: runs/fault/corpus.json. Then the
+# chaos run: 100 kill -9s among two or three workers under load, with SIGTERMs, joins and
+# SIGSTOP/SIGCONT freezes (`make test`: 10; FAULT_KILLS), 12 freezes of one or two workers
+# (`make test`: 3; FROZEN_FREEZES) and the broker killed under load (test_broker_reset.py).
 fault: $(DEV)
 	FAULT_CORPUS_SIZE=100000 FAULT_PROPERTY_EXAMPLES=3000 \
 	  $(BIN)/python -m pytest tests/fault -s -o timeout=1800 $(PYTEST_ARGS)
 	FAULT_KILLS=100 $(BIN)/python -m pytest tests/integration/test_kills.py -s $(PYTEST_ARGS)
+	FROZEN_FREEZES=12 $(BIN)/python -m pytest tests/integration/test_frozen_worker.py \
+	  tests/integration/test_broker_reset.py -s $(PYTEST_ARGS)
 
 # The soak test at full length (issue 12): 30 minutes at a fixed 200 contexts/s through one
 # worker, sampling its RSS, latency and lag every second; `make test` runs it for 30 s

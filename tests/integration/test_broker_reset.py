@@ -8,27 +8,32 @@ and over a hundred aiokafka errors a second while the broker was away.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
+from kafka.errors import KafkaError
 
 from banditflow.streams.broker import EmbeddedBroker, free_port
 from banditflow.streams.demo import wait_until_ready
 from banditflow.streams.scrape import fetch
-from banditflow.streams.topics import Topics, ensure_topics
+from banditflow.streams.topics import Topics, ensure_topics, state_topic
 from banditflow.streams.worker import EXIT_STATE_LOST
 
 pytestmark = pytest.mark.integration
 
 LID = "reset"
+LOAD_LEARNERS = [f"load{i}" for i in range(8)]
 
 
 def start(bootstrap: str, prefix: str, partitions: int, web_port: int, log: Path,
@@ -157,4 +162,72 @@ def test_a_broker_outage_stalls_the_worker_which_then_resumes(tmp_path) -> None:
     finally:
         if worker.poll() is None:
             worker.kill()
+        broker.stop()
+
+
+def test_a_broker_killed_under_load_gets_nothing_written_by_the_workers(tmp_path) -> None:
+    """kill -9 of the broker while two workers decide at load, a fresh (empty) broker on
+    the same port: each worker exits with status 3 having written into the new broker no
+    more than the write that found the loss (no retried commit, claim or final commit), and
+    a worker started there next decides (issue 28)."""
+    port = free_port()
+    broker = EmbeddedBroker(port=port, log_path=tmp_path / "broker.log").start()
+    assert broker.process is not None
+    workers = [start(broker.bootstrap, "killed", 4, free_port(), tmp_path / f"worker{i}.log")
+               for i in range(2)]
+    stop = threading.Event()
+
+    def load() -> None:  # contexts for learners on every partition, whatever the broker does
+        producer = KafkaProducer(bootstrap_servers=broker.bootstrap, retries=1000)
+        topics, i = Topics("killed"), 0
+        for lid in LOAD_LEARNERS:
+            producer.send(topics.learners, key=lid.encode(), value=json.dumps(
+                {"learner_id": lid, "family": "conformal", "algorithm": "sps",
+                 "params": {"alpha": 0.8, "horizon": 100_000}}).encode())
+        while not stop.is_set():
+            lid = LOAD_LEARNERS[i % len(LOAD_LEARNERS)]
+            with contextlib.suppress(KafkaError):
+                producer.send(topics.contexts, key=lid.encode(), value=json.dumps(
+                    {"learner_id": lid, "event_id": f"x{i}", "labels": ["a", "b"],
+                     "scores": [1.0, 0.0]}).encode())
+            i += 1
+            time.sleep(1 / 200)
+        with contextlib.suppress(KafkaError):
+            producer.close(timeout=5)
+
+    loader = threading.Thread(target=load, daemon=True)
+    loader.start()
+    try:
+        time.sleep(5)  # under load
+        broker.process.kill()
+        broker.process.wait()
+        broker = EmbeddedBroker(port=port, log_path=tmp_path / "broker.log").start()
+        for worker in workers:
+            assert worker.wait(timeout=90) == EXIT_STATE_LOST
+        stop.set()
+        loader.join(timeout=30)
+        logs = [(tmp_path / f"worker{i}.log").read_text() for i in range(2)]
+        for log in logs:
+            assert "commit before a rebalance failed" not in log
+            assert "Traceback" not in log
+        # What the workers wrote into the new broker: at most one record per partition and
+        # worker (the commit that found the loss; commits here are one record each).
+        consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, consumer_timeout_ms=2000,
+                                 auto_offset_reset="earliest")
+        consumer.subscribe([state_topic("killed")])
+        per_partition = Counter(record.partition for record in consumer)
+        consumer.close()
+        assert all(count <= 2 for count in per_partition.values()), per_partition
+        fresh = start(broker.bootstrap, "killed", 4, free_port(), tmp_path / "fresh.log")
+        try:
+            assert len(decide(broker.bootstrap, "killed", 0, 20)) == 20
+            assert fresh.poll() is None
+        finally:
+            fresh.terminate()
+            fresh.wait(timeout=30)
+    finally:
+        stop.set()
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
         broker.stop()

@@ -7,13 +7,17 @@ expire by the timer, on stream time: their 4 s timeout is shorter than a recover
 learners get both parts in full mode, some parts twice. Every few seconds a conformal
 learner's config is sent again with another timeout (a change that keeps its version).
 
+Now and then it sends a malformed feedback record.
+
 Meanwhile the fault driver keeps two or three workers in the group and, FAULT_KILLS times
-(10 in ``make test``, about a minute; 100 in ``make fault``, about 9 minutes), kills one
-with SIGKILL at a random
+(10 in ``make test``, about a minute and a half; 100 in ``make fault``, about 12 minutes),
+kills one with SIGKILL at a random
 moment, mostly once every worker is ready, sometimes while some are still starting or
 recovering, and starts a replacement with the same identity; now and then it also stops one
-with SIGTERM or adds a third, so partitions move between live workers too (rebalances). The
-group must settle within 60 s after every fault.
+with SIGTERM, adds a third, so partitions move between live workers too (rebalances), or
+freezes one (SIGSTOP, 3-9 s, then SIGCONT: a long GC pause, a VM migration; longer than the
+session, so it resumes as a zombie whose partitions have moved, issue 28). The group must
+settle within 60 s after every fault.
 
 Checked at the end, from what the application saw and the state log:
 
@@ -23,7 +27,8 @@ Checked at the end, from what the application saw and the state log:
   application sent that were applied, and no decision timed out whose feedback had been
   produced before its deadline;
 - the only dead letters are feedback produced after its decision's deadline
-  (``decision_expired``);
+  (``decision_expired``) and one per malformed record; copies of a dead letter (a recovery
+  publishes the last commit's again) are identical;
 - the deferral budgets were never exceeded in any committed state, every distinct part was
   applied once, nothing is left reserved.
 """
@@ -93,6 +98,7 @@ class Application:
     covered: set[str] = field(default_factory=set)  # conformal answers naming the label
     unanswered: set[str] = field(default_factory=set)
     duplicates: int = 0
+    malformed: int = 0
 
 
 async def group_report(bootstrap: str, alive: list[Any]) -> str:
@@ -126,7 +132,8 @@ def test_kill_minus_nine_with_two_or_three_workers(
              start_worker(PREFIX, partitions=PARTITIONS)]
     topics = alive[0].topics
     deadletter = read_topic(topics.deadletter)
-    faults = {"kill -9": 0, "kill -9 before ready": 0, "SIGTERM": 0, "joined": 0}
+    faults = {"kill -9": 0, "kill -9 before ready": 0, "SIGTERM": 0, "joined": 0,
+              "SIGSTOP": 0}
 
     async def drive() -> None:
         producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
@@ -161,6 +168,9 @@ def test_kill_minus_nine_with_two_or_three_workers(
                                       "human_cost": round(float(rng.uniform(0.2, 1.0)), 3)}
                 app.contexts[eid] = body
                 await send(topics.contexts, lid, body)
+                if i % 300 == 150:  # a malformed record: one dead letter
+                    await producer.send(topics.feedback, b"{not json", lid.encode())
+                    app.malformed += 1
                 if i % 600 == 599:  # a config change that keeps the learner's version
                     changed = CONFORMAL[(i // 600) % len(CONFORMAL)]
                     await send(topics.learners, changed,
@@ -228,6 +238,15 @@ def test_kill_minus_nine_with_two_or_three_workers(
                 if action < 0.1 and len(alive) < 3:  # a worker joins: partitions move
                     alive.append(start_worker(PREFIX, partitions=PARTITIONS, wait=False))
                     faults["joined"] += 1
+                    continue
+                if action > 0.8:  # a worker freezes, longer than its session
+                    frozen = alive[int(rng.integers(len(alive)))].process
+                    frozen.send_signal(signal.SIGSTOP)
+                    try:
+                        await asyncio.sleep(float(rng.uniform(3.0, 9.0)))
+                    finally:
+                        frozen.send_signal(signal.SIGCONT)
+                    faults["SIGSTOP"] += 1
                     continue
                 victim = alive.pop(int(rng.integers(len(alive))))
                 if action < 0.2:  # a clean stop leaves the group at once
@@ -305,12 +324,18 @@ def test_kill_minus_nine_with_two_or_three_workers(
         assert stats["feedback"] == len(ours), stats  # settled: answered or timed out
     assert unjustified == []
 
-    # The only dead letters: feedback that came after its decision's deadline.
-    dead = deadletter.wait_for(lambda records: len(records) >= len(late), 60)
+    # The only dead letters: feedback that came after its decision's deadline, and one per
+    # malformed record; any copy identical to the first.
+    dead = deadletter.wait_for(lambda records: len(records) >= len(late) + app.malformed, 60)
     time.sleep(1.0)
-    dead = deadletter.poll()
-    assert sorted(d["reason"] for d in dead) == ["decision_expired"] * len(late), dead[:5]
-    assert {d["event_id"] for d in dead} == late
+    first_copies: dict[tuple[str, int, int], dict[str, Any]] = {}
+    for letter in deadletter.poll():
+        source = (letter["source_topic"], letter["partition"], letter["offset"])
+        assert first_copies.setdefault(source, letter) == letter, (letter, first_copies[source])
+    dead = list(first_copies.values())
+    assert sorted(d["reason"] for d in dead) == sorted(
+        ["decision_expired"] * len(late) + ["malformed_json"] * app.malformed), dead[:5]
+    assert {d["event_id"] for d in dead if d["reason"] == "decision_expired"} == late
 
     # Deferral: the budget in every committed state; every distinct part applied once.
     # (each commit decoded once: the audit reads tens of thousands of them)
@@ -341,6 +366,8 @@ def test_kill_minus_nine_with_two_or_three_workers(
         "unanswered_expired": len(app.unanswered),
         "answered_after_deadline": len(late),
         "duplicate_parts_sent": app.duplicates,
+        "malformed_sent": app.malformed,
+        "dead_letters_published_again": len(deadletter.records) - len(dead),
         "seconds": round(time.monotonic() - started, 1),
     }
     REPORT.parent.mkdir(parents=True, exist_ok=True)
