@@ -9,12 +9,11 @@ One asyncio process, on aiokafka:
 - a committer: every ``commit_interval_s`` (sooner once ``max_batch_events`` wait) it runs
   the timers, writes each partition's changes and input marks to the state log as one
   record, and once the broker has acknowledged it, publishes the decisions and dead letters
-  (a fenced former owner's never go out). Events keep
-  flowing in while a commit is in flight; a commit never waits for the input to run out;
+  (a fenced former owner's never go out). Events keep flowing in while a commit is in
+  flight; a commit never waits for the input to run out;
 - on assignment, a partition is read back from its state log (from its latest snapshot),
   the last commit's decisions and dead letters are published again, a claim fences former
-  owners, and the
-  inputs resume at the recovered marks; on revocation, a final commit;
+  owners, and the inputs resume at the recovered marks; on revocation, a final commit;
 - an HTTP server on a thread: ``/metrics`` (Prometheus), ``/ready``, ``/healthz``.
 
 Why not Faust's tables: they rewrite state on every event, recover by reading the whole
