@@ -19,8 +19,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from banditflow.schemas import Limits
-
 DEFAULT_BOOTSTRAP = os.environ.get("BANDITFLOW_BOOTSTRAP", "127.0.0.1:9092")
 
 
@@ -36,6 +34,8 @@ def _common_kafka(parser: argparse.ArgumentParser) -> None:
 
 
 def _worker_options(parser: argparse.ArgumentParser) -> None:
+    from banditflow.schemas import Limits  # (lazy: see main())
+
     parser.add_argument(
         "--partitions",
         type=int,
@@ -130,6 +130,7 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
 
 
 def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is lazy: aiokafka)
+    from banditflow.schemas import Limits
     from banditflow.streams.broker import is_tansu
     from banditflow.streams.worker import WorkerSettings
 
@@ -177,9 +178,6 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    # Until the worker installs its own handler: a SIGTERM while it imports, waits for the
-    # broker or creates topics stops it cleanly (it owns nothing yet), not with -15.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     import logging
 
     from banditflow.streams.broker import wait_for_broker
@@ -554,6 +552,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["kcat"]:
         return run_kcat(argv[1:])
+    if argv[:1] == ["worker"]:
+        # Before anything slow (imports: a second or more on a busy machine, waiting for the
+        # broker, creating topics): a SIGTERM meanwhile stops the worker cleanly, as it owns
+        # nothing yet, not with -15. The worker installs its own handling once it runs.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     args = build_parser(argv[0] if argv else None).parse_args(argv)
     return int(args.func(args) or 0)
 
