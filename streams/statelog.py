@@ -367,7 +367,7 @@ class PartitionLog:
         claim, so they change nothing this owner builds on."""
         try:
             return all(Header.decode(key).epoch < self.epoch for key in keys)
-        except (StateLogError, ValueError, KeyError):
+        except (StateLogError, ValueError, KeyError, TypeError):  # (not a header at all)
             return False
 
     def rewrite(self, offset: int) -> list[tuple[bytes, bytes]]:
