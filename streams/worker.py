@@ -48,6 +48,7 @@ from banditflow.learners.registry import algorithms, families
 from banditflow.processors import Emitted, PartitionStore, Processor, Source, StreamTimes
 from banditflow.processors.store import Changes
 from banditflow.schemas import DeadLetter, Limits
+from banditflow.streams.connection import KafkaConnection
 from banditflow.streams.fetch_wait import FetchWait, set_fetch_wait
 from banditflow.streams.metrics import CONTENT_TYPE, PrometheusSink
 from banditflow.streams.statelog import (
@@ -65,7 +66,7 @@ log = logging.getLogger("banditflow.worker")
 class WorkerSettings:
     """Everything ``banditflow worker`` can be told (see ``banditflow worker --help``)."""
 
-    bootstrap: str = "127.0.0.1:9092"
+    kafka: KafkaConnection = field(default_factory=KafkaConnection)
     app_id: str = "banditflow"
     prefix: str = "banditflow"
     partitions: int = 4
@@ -191,7 +192,7 @@ class PartitionRuntime:
         return StreamTimes(time_of("learners"), time_of("contexts"), time_of("feedback"))
 
 
-async def evict_predecessors(bootstrap: str, group: str, client_id: str) -> None:
+async def evict_predecessors(kafka: KafkaConnection, group: str, client_id: str) -> None:
     """Remove from ``group`` the members this worker's former incarnations left behind.
 
     A killed worker stays in the group until its session times out, and a join meanwhile
@@ -199,7 +200,7 @@ async def evict_predecessors(bootstrap: str, group: str, client_id: str) -> None
     Kafka names members ``<client id>-<uuid>``: those with our client id are ours, dead,
     since we are only now starting.
     """
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id=f"{client_id}-admin")
+    admin = AIOKafkaAdminClient(**kafka.aiokafka_kwargs(), client_id=f"{client_id}-admin")
     await admin.start()
     try:
         described = await admin.describe_consumer_groups([group])
@@ -229,9 +230,9 @@ async def evict_predecessors(bootstrap: str, group: str, client_id: str) -> None
         await admin.close()
 
 
-async def group_members(bootstrap: str, group: str, client_id: str) -> set[str] | None:
+async def group_members(kafka: KafkaConnection, group: str, client_id: str) -> set[str] | None:
     """The member ids the broker lists for ``group`` (None when it could not be asked)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id=f"{client_id}-admin")
+    admin = AIOKafkaAdminClient(**kafka.aiokafka_kwargs(), client_id=f"{client_id}-admin")
     try:
         await admin.start()
         described = await admin.describe_consumer_groups([group])
@@ -470,7 +471,7 @@ class Worker:
         s = self.settings
         session_ms = int(s.session_timeout_s * 1000)
         self.producer = AIOKafkaProducer(
-            bootstrap_servers=s.bootstrap,
+            **s.kafka.aiokafka_kwargs(),
             acks="all",
             # No linger: a commit enqueues all its records without yielding to the event
             # loop, so they leave in one request anyway; a linger only delayed each of the
@@ -482,7 +483,7 @@ class Worker:
             client_id=f"{s.app_id}-worker",
         )
         self.consumer = AIOKafkaConsumer(
-            bootstrap_servers=s.bootstrap,
+            **s.kafka.aiokafka_kwargs(),
             group_id=s.app_id,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
@@ -495,7 +496,7 @@ class Worker:
             client_id=self.client_id,
         )
         self.reader = AIOKafkaConsumer(
-            bootstrap_servers=s.bootstrap,
+            **s.kafka.aiokafka_kwargs(),
             enable_auto_commit=False,
             auto_offset_reset="none",
             client_id=f"{s.app_id}-state-reader",
@@ -505,11 +506,11 @@ class Worker:
         threading.Thread(target=preload_families, name="preload", daemon=True).start()
         await self.producer.start()
         await self.reader.start()
-        await evict_predecessors(s.bootstrap, s.app_id, self.client_id)
+        await evict_predecessors(s.kafka, s.app_id, self.client_id)
         await self.consumer.start()
         self.leader_escape = StaleLeaderEscape(
             self.consumer._coordinator,
-            lambda: group_members(s.bootstrap, s.app_id, self.client_id),
+            lambda: group_members(s.kafka, s.app_id, self.client_id),
             stale_after_s=2 * s.session_timeout_s,
         ).install()
         self.consumer.subscribe(self.topics.inputs(), listener=_Rebalance(self))
@@ -573,7 +574,7 @@ class Worker:
             log.warning("%s; creating the missing topics (--on-state-loss=fresh)", lost)
             try:
                 await asyncio.to_thread(
-                    ensure_topics, self.settings.bootstrap, self.topics, expected,
+                    ensure_topics, self.settings.kafka, self.topics, expected,
                     self.settings.app_id,
                 )
             except (TopicError, KafkaError, OSError) as exc:
