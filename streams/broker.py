@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import logging
 import os
 import signal
 import socket
@@ -79,9 +80,11 @@ def wait_for_broker(kafka: KafkaConnection | str, timeout_s: float = 30.0) -> No
         if cause is not None and not cause.transient:
             raise BrokerError(cause.text)
         if cause is None:
+            failures = _BootstrapFailures()
+            logging.getLogger("kafka.net.manager").addHandler(failures)
             try:
                 admin = KafkaAdminClient(**connection.kafka_python_kwargs(),
-                                         request_timeout_ms=2000)
+                                         request_timeout_ms=2000, bootstrap_timeout_ms=5000)
                 admin.list_topics()
                 admin.close()
                 return
@@ -91,12 +94,36 @@ def wait_for_broker(kafka: KafkaConnection | str, timeout_s: float = 30.0) -> No
                                   f"credentials: {exc}") from None
             except (KafkaError, OSError) as exc:
                 last = f"{type(exc).__name__}: {exc}"
+                if connection.sasl and failures.last:
+                    # The transport answered (diagnose), the client could not get past
+                    # authentication: some brokers (the embedded one) just close the
+                    # connection on credentials they refuse, so the client cannot say more.
+                    raise BrokerError(
+                        f"{connection.describe()}: the broker refused the SASL credentials "
+                        f"(it answers Kafka requests, but ended the {connection.sasl_mechanism} "
+                        f"exchange: {failures.last}); check sasl.mechanism, sasl.username and "
+                        "sasl.password") from None
+            finally:
+                logging.getLogger("kafka.net.manager").removeHandler(failures)
         else:
             last = cause.text
         if time.monotonic() >= deadline:
             raise BrokerError(f"no Kafka broker answered at {connection.describe()} within "
                               f"{timeout_s:.0f}s: {last}")
         time.sleep(0.2)
+
+
+class _BootstrapFailures(logging.Handler):
+    """Keeps the last bootstrap failure kafka-python logs (it raises only a timeout)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.last = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "failed:" in message:
+            self.last = message.split("failed:", 1)[1].strip()
 
 
 def is_tansu(kafka: KafkaConnection | str) -> bool:

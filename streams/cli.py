@@ -73,6 +73,15 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
         help="port of /metrics, /ready and /healthz (default: %(default)s)",
     )
     parser.add_argument(
+        "--web-config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="serve /metrics, /ready and /healthz over TLS and/or with basic auth: a "
+        "Prometheus web.config YAML (tls_server_config: cert_file, key_file, "
+        "client_auth_type, client_ca_file, min_version; basic_auth_users: bcrypt hashes)",
+    )
+    parser.add_argument(
         "--commit-interval-ms",
         type=float,
         default=30.0,
@@ -148,6 +157,7 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
 
 def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is lazy: aiokafka)
     from banditflow.streams.broker import is_tansu
+    from banditflow.streams.webconfig import WebConfig
     from banditflow.streams.worker import WorkerSettings
 
     session, fetch_wait = args.session_timeout, args.fetch_wait_ms
@@ -171,6 +181,7 @@ def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is l
         instance_id=args.instance_id,
         on_state_loss=args.on_state_loss,
         live_ope=args.live_ope,
+        web_config=WebConfig.load(args.web_config) if args.web_config else None,
         limits=Limits(args.max_event_bytes, args.max_labels, args.max_features),
     )
 
@@ -580,12 +591,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser(argv[0] if argv else None).parse_args(argv)
     from banditflow.streams.broker import BrokerError
     from banditflow.streams.connection import KafkaConfigError, KafkaConnection
+    from banditflow.streams.webconfig import WebConfigError
 
     try:
         if hasattr(args, "kafka_config"):
             args.kafka = KafkaConnection.resolve(args.bootstrap, args.kafka_config, os.environ)
         return int(args.func(args) or 0)
-    except (KafkaConfigError, BrokerError) as exc:
+    except (KafkaConfigError, BrokerError, WebConfigError) as exc:
         # One line naming the cause: a configuration or a broker the command cannot use.
         raise SystemExit(f"banditflow {args.command}: {exc}") from None
 

@@ -133,7 +133,7 @@ class KafkaConnection:
     def from_properties(cls, values: Mapping[str, str]) -> KafkaConnection:
         kwargs: dict[str, Any] = {}
         for key, value in values.items():
-            _known(key, "property")
+            _known(key)
             value = value.strip()
             if value:
                 kwargs[PROPERTIES[key]] = value
@@ -297,11 +297,11 @@ class KafkaConnection:
                                self.sasl_oauthbearer_scope, self.ssl_context())
 
 
-def _known(key: str, what: str) -> None:
+def _known(key: str, where: str | None = None) -> None:
     if key not in PROPERTIES:
         hint = f" ({HINTS[key]})" if key in HINTS else ""
-        raise KafkaConfigError(f"unknown Kafka client {what} {key!r}{hint}; known: "
-                               f"{', '.join(PROPERTIES)}")
+        raise KafkaConfigError(f"{where + ': ' if where else ''}unknown Kafka client property "
+                               f"{key!r}{hint}; known: {', '.join(PROPERTIES)}")
 
 
 def read_properties(path: Path) -> dict[str, str]:
@@ -326,7 +326,7 @@ def read_properties(path: Path) -> dict[str, str]:
         if cut < 0:
             raise KafkaConfigError(f"{path}:{number}: not a key=value line")
         key, value = line[:cut].strip(), line[cut + 1:].strip()
-        _known(key, f"property ({path}:{number})")
+        _known(key, f"{path}:{number}")
         values[key] = value
     return values
 
@@ -393,7 +393,7 @@ def _async_provider(source: OidcTokenSource) -> Any:
 
 
 def _sync_provider(source: OidcTokenSource) -> Any:
-    from kafka.sasl.oauth import AbstractTokenProvider
+    from kafka.net.sasl.oauth import AbstractTokenProvider
 
     class Provider(AbstractTokenProvider):  # type: ignore[misc]
         def token(self) -> str:

@@ -48,7 +48,7 @@ from banditflow.learners.registry import algorithms, families
 from banditflow.processors import Emitted, PartitionStore, Processor, Source, StreamTimes
 from banditflow.processors.store import Changes
 from banditflow.schemas import DeadLetter, Limits
-from banditflow.streams.connection import KafkaConnection
+from banditflow.streams.connection import KafkaConnection, diagnose
 from banditflow.streams.fetch_wait import FetchWait, set_fetch_wait
 from banditflow.streams.metrics import CONTENT_TYPE, PrometheusSink
 from banditflow.streams.statelog import (
@@ -59,6 +59,7 @@ from banditflow.streams.statelog import (
     read_partitions,
 )
 from banditflow.streams.topics import TopicError, Topics, ensure_topics, partition_for, state_topic
+from banditflow.streams.webconfig import WebConfig
 
 log = logging.getLogger("banditflow.worker")
 
@@ -100,6 +101,8 @@ class WorkerSettings:
     # Evaluate the candidate policies named in learner configs on the live stream (off: they
     # are ignored, their estimates kept as they were).
     live_ope: bool = True
+    # /metrics, /ready and /healthz over TLS and with basic auth (--web-config).
+    web_config: WebConfig | None = None
 
 
 class PartitionRuntime:
@@ -443,6 +446,7 @@ class Worker:
         self.active: frozenset[int] = frozenset()
         self.wall = time.time()
         self.broker_heard = time.monotonic()  # the last answer from the broker
+        self.broker_error = ""  # why the last probe of a silent broker failed (for /ready)
         self.generation = 0
         self.stopping = asyncio.Event()
         self._commit_lock = asyncio.Lock()
@@ -549,7 +553,11 @@ class Worker:
                 continue
             try:
                 cluster = await asyncio.wait_for(self.producer.client.fetch_all_metadata(), 2.0)
-            except (KafkaError, OSError, TimeoutError):
+            except (KafkaError, OSError, TimeoutError) as exc:
+                # What /ready says: the cause the transport shows (nobody listening, a
+                # certificate refused), else what the client said.
+                found = await asyncio.to_thread(diagnose, self.settings.kafka, 2.0)
+                self.broker_error = found.text if found else f"{type(exc).__name__}: {exc}"
                 continue
             self.broker_heard = checked = time.monotonic()
             if check:
@@ -1076,7 +1084,8 @@ class Worker:
         owned, active = self.owned, self.active
         silent = time.monotonic() - self.broker_heard
         if silent > BROKER_SILENCE_S:
-            return False, f"no answer from the broker for {silent:.0f}s"
+            cause = f": {self.broker_error}" if self.broker_error else ""
+            return False, f"no answer from the broker for {silent:.0f}s{cause}"
         if not owned:
             return False, "joining the consumer group"
         if owned - active:
@@ -1090,9 +1099,17 @@ class Worker:
         (a restart is ready sooner)."""
         worker = self
 
+        web = self.settings.web_config
+
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 status, content_type, body = 200, "text/plain; charset=utf-8", b"ok"
+                if web is not None and not web.authorized(self.headers.get("Authorization")):
+                    self.send_response(401)
+                    self.send_header("WWW-Authenticate", 'Basic realm="banditflow"')
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if self.path == "/metrics":
                     content_type, body = CONTENT_TYPE, worker.sink.exposition(flush=False)
                 elif self.path == "/ready":
@@ -1110,6 +1127,15 @@ class Worker:
                 pass  # one line per scrape is noise
 
         server = ThreadingHTTPServer((self.settings.web_host, self.settings.web_port), Handler)
+        context = web.ssl_context() if web is not None else None
+        if context is not None:
+            # The handshake on the request's thread, not in accept(): a client that stalls
+            # it must not hold up the others.
+            server.socket = context.wrap_socket(server.socket, server_side=True,
+                                                do_handshake_on_connect=False)
+            # A client that fails the handshake (no certificate, plain HTTP) is its own
+            # problem: no traceback on stderr per attempt.
+            server.handle_error = lambda *_: log.debug("HTTPS request failed", exc_info=True)
         server.daemon_threads = True
         threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
         return server
