@@ -30,7 +30,7 @@ from banditflow.streams.connection import KafkaConnection
 from banditflow.streams.demo import stop
 from banditflow.streams.scrape import value
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.embedded_broker]
 
 CLI = [sys.executable, "-m", "banditflow.streams.cli"]
 WEB_PASSWORD = "scrape-password-never-logged"
