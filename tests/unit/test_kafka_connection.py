@@ -176,3 +176,15 @@ def test_oauthbearer_fetches_a_client_credentials_token_and_reuses_it() -> None:
         assert SECRET not in repr(c) and SECRET not in c.describe()
     finally:
         server.shutdown()
+
+
+def test_the_readme_example_is_a_valid_client_configuration(tmp_path: Path) -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    example = readme.split("```properties\n", 1)[1].split("```", 1)[0]
+    for name in ("ca.pem", "client.pem", "client.key"):  # (the files must be readable)
+        (tmp_path / name).write_text("")
+        example = example.replace(f"/etc/banditflow/{name}", str(tmp_path / name))
+    c = KafkaConnection.resolve(config_file=props(tmp_path, example), environ={})
+    assert (c.security_protocol, c.sasl_mechanism, c.ssl_endpoint_identification_algorithm) == (
+        "SASL_SSL", "SCRAM-SHA-512", "https")
+    assert c.ssl_key_location == str(tmp_path / "client.key")
