@@ -21,15 +21,32 @@ from pathlib import Path
 
 from banditflow.schemas import Limits
 
-DEFAULT_BOOTSTRAP = os.environ.get("BANDITFLOW_BOOTSTRAP", "127.0.0.1:9092")
+
+def add_kafka_connection(parser: argparse.ArgumentParser, bootstrap_help: str | None = None
+                         ) -> None:
+    """``--bootstrap`` and ``--kafka-config``: where the brokers are and how to talk to them
+    (resolved in :func:`main` into ``args.kafka``)."""
+    parser.add_argument(
+        "--bootstrap",
+        default=os.environ.get("BANDITFLOW_BOOTSTRAP"),
+        help=bootstrap_help or "Kafka bootstrap servers (default: bootstrap.servers of "
+        "--kafka-config, else 127.0.0.1:9092; env BANDITFLOW_BOOTSTRAP)",
+    )
+    parser.add_argument(
+        "--kafka-config",
+        type=Path,
+        default=os.environ.get("BANDITFLOW_KAFKA_CONFIG"),
+        metavar="FILE",
+        help="Kafka client properties (librdkafka names: bootstrap.servers, security.protocol, "
+        "ssl.ca.location, ssl.certificate.location, ssl.key.location, ssl.key.password, "
+        "ssl.endpoint.identification.algorithm, sasl.mechanism, sasl.username, sasl.password, "
+        "sasl.oauthbearer.*); BANDITFLOW_KAFKA_<KEY> variables (SSL_CA_LOCATION, ...) override "
+        "it (env BANDITFLOW_KAFKA_CONFIG)",
+    )
 
 
 def _common_kafka(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--bootstrap",
-        default=DEFAULT_BOOTSTRAP,
-        help="Kafka bootstrap servers (default: %(default)s, env BANDITFLOW_BOOTSTRAP)",
-    )
+    add_kafka_connection(parser)
     parser.add_argument(
         "--prefix", default="banditflow", help="topic name prefix (default: %(default)s)"
     )
@@ -54,6 +71,15 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=6066,
         help="port of /metrics, /ready and /healthz (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--web-config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="serve /metrics, /ready and /healthz over TLS and/or with basic auth: a "
+        "Prometheus web.config YAML (tls_server_config: cert_file, key_file, "
+        "client_auth_type, client_ca_file, min_version; basic_auth_users: bcrypt hashes)",
     )
     parser.add_argument(
         "--commit-interval-ms",
@@ -131,15 +157,16 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
 
 def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is lazy: aiokafka)
     from banditflow.streams.broker import is_tansu
+    from banditflow.streams.webconfig import WebConfig
     from banditflow.streams.worker import WorkerSettings
 
     session, fetch_wait = args.session_timeout, args.fetch_wait_ms
     if session is None or fetch_wait is None:
-        tansu = is_tansu(args.bootstrap)
+        tansu = is_tansu(args.kafka)
         session = session if session is not None else (2.0 if tansu else 10.0)
         fetch_wait = fetch_wait if fetch_wait is not None else (20 if tansu else 500)
     return WorkerSettings(
-        bootstrap=args.bootstrap,
+        kafka=args.kafka,
         app_id=args.app_id,
         prefix=args.prefix,
         partitions=args.partitions,
@@ -154,6 +181,7 @@ def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is l
         instance_id=args.instance_id,
         on_state_loss=args.on_state_loss,
         live_ope=args.live_ope,
+        web_config=WebConfig.load(args.web_config) if args.web_config else None,
         limits=Limits(args.max_event_bytes, args.max_labels, args.max_features),
     )
 
@@ -188,9 +216,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     )
     for handler in logging.getLogger().handlers:
         handler.addFilter(RepeatFilter())
-    wait_for_broker(args.bootstrap)
+    wait_for_broker(args.kafka)
     settings = worker_settings(args)
-    ensure_topics(settings.bootstrap, Topics(settings.prefix), settings.partitions, settings.app_id)
+    ensure_topics(settings.kafka, Topics(settings.prefix), settings.partitions, settings.app_id)
     return run_worker(settings)
 
 
@@ -208,9 +236,18 @@ def cmd_schemas(args: argparse.Namespace) -> int:
 
 
 def run_kcat(kcat_args: list[str]) -> int:
-    from banditflow.streams.kcat import kcat_command
+    from banditflow.streams.connection import KafkaConfigError, KafkaConnection
+    from banditflow.streams.kcat import KcatError, kcat_command, pass_config, split_kafka_config
 
-    command, env = kcat_command(kcat_args)
+    try:
+        config_file, kcat_args = split_kafka_config(kcat_args)
+        config_file = config_file or os.environ.get("BANDITFLOW_KAFKA_CONFIG")
+        command, env = kcat_command(kcat_args)
+        if config_file or any(k.startswith("BANDITFLOW_KAFKA_") for k in os.environ):
+            command = pass_config(command, KafkaConnection.resolve(
+                os.environ.get("BANDITFLOW_BOOTSTRAP"), config_file, os.environ))
+    except (KafkaConfigError, KcatError) as exc:
+        raise SystemExit(f"banditflow kcat: {exc}") from None
     os.execvpe(command[0], command, env)
 
 
@@ -248,8 +285,8 @@ def cmd_archive(args: argparse.Namespace) -> int:
     from banditflow.streams.broker import wait_for_broker
     from banditflow.streams.topics import TopicError
 
-    wait_for_broker(args.bootstrap)
-    settings = ArchiveSettings(args.bootstrap, args.prefix, args.out, args.from_beginning,
+    wait_for_broker(args.kafka)
+    settings = ArchiveSettings(args.kafka, args.prefix, args.out, args.from_beginning,
                                args.until_idle)
     tty = sys.stderr.isatty()
     try:
@@ -269,11 +306,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from banditflow.streams.topics import TopicError, Topics, ensure_topics
 
     try:
-        settings = ReplaySettings(args.bootstrap, args.prefix, args.log, args.speed, args.start,
+        settings = ReplaySettings(args.kafka, args.prefix, args.log, args.speed, args.start,
                                   args.end, args.learner_id, args.faithful,
                                   args.decision_wait)
-        wait_for_broker(args.bootstrap)
-        ensure_topics(args.bootstrap, Topics(args.prefix), args.partitions)
+        wait_for_broker(args.kafka)
+        ensure_topics(args.kafka, Topics(args.prefix), args.partitions)
         tty = sys.stderr.isatty()
         summary = run_replay(settings, (lambda done, total: print(
             f"\r{done:,} / {total:,} records ({100 * done // max(total, 1)} %)", end="",
@@ -314,9 +351,9 @@ def cmd_warm_start(args: argparse.Namespace) -> int:
                 f"banditflow warm-start: the config with its oracle takes {len(value):,} bytes, "
                 f"more than --max-bytes {args.max_bytes:,} (the worker's --max-event-bytes and "
                 "the broker's message limit must allow it)")
-        wait_for_broker(args.bootstrap)
-        ensure_topics(args.bootstrap, Topics(args.prefix), args.partitions)
-        producer = KafkaProducer(bootstrap_servers=args.bootstrap, acks="all",
+        wait_for_broker(args.kafka)
+        ensure_topics(args.kafka, Topics(args.prefix), args.partitions)
+        producer = KafkaProducer(**args.kafka.kafka_python_kwargs(), acks="all",
                                  max_request_size=max(args.max_bytes, 1_048_576))
         producer.send(Topics(args.prefix).learners, key=warmed.learner_id.encode(), value=value)
         producer.flush()
@@ -540,7 +577,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     # Handled in main() before parsing, so kcat's own flags pass through; listed for --help.
     sub.add_parser(
         "kcat",
-        help="run kcat (all arguments go to it) with a librdkafka that speaks to Tansu and, "
+        help="run kcat (all arguments go to it but --kafka-config FILE, whose settings it "
+        "gets, as the BANDITFLOW_KAFKA_* ones) with a librdkafka that speaks to Tansu and, "
         "for producers, the murmur2 partitioner",
     )
     return parser
@@ -551,7 +589,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["kcat"]:
         return run_kcat(argv[1:])
     args = build_parser(argv[0] if argv else None).parse_args(argv)
-    return int(args.func(args) or 0)
+    from banditflow.streams.broker import BrokerError
+    from banditflow.streams.connection import KafkaConfigError, KafkaConnection
+    from banditflow.streams.webconfig import WebConfigError
+
+    try:
+        if hasattr(args, "kafka_config"):
+            args.kafka = KafkaConnection.resolve(args.bootstrap, args.kafka_config, os.environ)
+        return int(args.func(args) or 0)
+    except (KafkaConfigError, BrokerError, WebConfigError) as exc:
+        # One line naming the cause: a configuration or a broker the command cannot use.
+        raise SystemExit(f"banditflow {args.command}: {exc}") from None
 
 
 if __name__ == "__main__":

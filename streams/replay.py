@@ -39,13 +39,14 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from banditflow.offline.archive import read_archive
 from banditflow.offline.faithful import FaithfulError, FaithfulPlan, Key, Step, faithful_plan
+from banditflow.streams.connection import KafkaConnection
 
 REPLAYED_TOPICS = ("learners", "contexts", "feedback", "truth")
 
 
 @dataclass(frozen=True)
 class ReplaySettings:
-    bootstrap: str
+    kafka: KafkaConnection
     prefix: str
     path: Path
     speed: float = 0.0
@@ -152,7 +153,7 @@ class Replayer:
 
     def __init__(self, settings: ReplaySettings) -> None:
         self.prefix = settings.prefix
-        self.producer = KafkaProducer(bootstrap_servers=settings.bootstrap, acks="all",
+        self.producer = KafkaProducer(**settings.kafka.kafka_python_kwargs(), acks="all",
                                       linger_ms=5)
         self.produced: Counter[str] = Counter()
 
@@ -217,7 +218,7 @@ class ReplayedDecisions:
         self.plan = plan
         self.seen: dict[Key, Any] = {}
         self.out: dict[str, int] = dict.fromkeys(plan.decisions, 0)
-        self.consumer = KafkaConsumer(bootstrap_servers=settings.bootstrap, group_id=None,
+        self.consumer = KafkaConsumer(**settings.kafka.kafka_python_kwargs(), group_id=None,
                                       enable_auto_commit=False, fetch_max_wait_ms=50)
         try:
             topic = f"{settings.prefix}.decisions"

@@ -33,6 +33,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from banditflow.learners.base import Learner, Stats, add_stat
 from banditflow.learners.registry import learner_class
 from banditflow.offline.environments import APPLICATIONS, Traffic, traffic
+from banditflow.streams.connection import KafkaConnection
 from banditflow.streams.topics import Topics
 
 RECENT = 500  # decisions in the "recent" coverage and set size (what convergence shows)
@@ -80,7 +81,7 @@ def add_simulation_options(parser: argparse.ArgumentParser, family_default: str 
 
 @dataclass
 class SimulationSettings:
-    bootstrap: str = "127.0.0.1:9092"
+    kafka: KafkaConnection = field(default_factory=KafkaConnection)
     prefix: str = "banditflow"
     family: str = "conformal"
     learner_id: str | None = None
@@ -284,9 +285,9 @@ async def simulate(
     topics = Topics(settings.prefix)
     rng = np.random.default_rng([settings.seed, 1])
     tallies = {t.learner_id: t for t in report.tallies}
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, acks="all")
+    producer = AIOKafkaProducer(**settings.kafka.aiokafka_kwargs(), acks="all")
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap, group_id=None, enable_auto_commit=False
+        **settings.kafka.aiokafka_kwargs(), group_id=None, enable_auto_commit=False
     )
     await producer.start()
     await consumer.start()

@@ -48,6 +48,7 @@ from banditflow.learners.registry import algorithms, families
 from banditflow.processors import Emitted, PartitionStore, Processor, Source, StreamTimes
 from banditflow.processors.store import Changes
 from banditflow.schemas import DeadLetter, Limits
+from banditflow.streams.connection import KafkaConnection, diagnose
 from banditflow.streams.fetch_wait import FetchWait, set_fetch_wait
 from banditflow.streams.metrics import CONTENT_TYPE, PrometheusSink
 from banditflow.streams.statelog import (
@@ -58,6 +59,7 @@ from banditflow.streams.statelog import (
     read_partitions,
 )
 from banditflow.streams.topics import TopicError, Topics, ensure_topics, partition_for, state_topic
+from banditflow.streams.webconfig import WebConfig
 
 log = logging.getLogger("banditflow.worker")
 
@@ -65,7 +67,7 @@ log = logging.getLogger("banditflow.worker")
 class WorkerSettings:
     """Everything ``banditflow worker`` can be told (see ``banditflow worker --help``)."""
 
-    bootstrap: str = "127.0.0.1:9092"
+    kafka: KafkaConnection = field(default_factory=KafkaConnection)
     app_id: str = "banditflow"
     prefix: str = "banditflow"
     partitions: int = 4
@@ -99,6 +101,8 @@ class WorkerSettings:
     # Evaluate the candidate policies named in learner configs on the live stream (off: they
     # are ignored, their estimates kept as they were).
     live_ope: bool = True
+    # /metrics, /ready and /healthz over TLS and with basic auth (--web-config).
+    web_config: WebConfig | None = None
 
 
 class PartitionRuntime:
@@ -191,7 +195,7 @@ class PartitionRuntime:
         return StreamTimes(time_of("learners"), time_of("contexts"), time_of("feedback"))
 
 
-async def evict_predecessors(bootstrap: str, group: str, client_id: str) -> None:
+async def evict_predecessors(kafka: KafkaConnection, group: str, client_id: str) -> None:
     """Remove from ``group`` the members this worker's former incarnations left behind.
 
     A killed worker stays in the group until its session times out, and a join meanwhile
@@ -199,7 +203,7 @@ async def evict_predecessors(bootstrap: str, group: str, client_id: str) -> None
     Kafka names members ``<client id>-<uuid>``: those with our client id are ours, dead,
     since we are only now starting.
     """
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id=f"{client_id}-admin")
+    admin = AIOKafkaAdminClient(**kafka.aiokafka_kwargs(), client_id=f"{client_id}-admin")
     await admin.start()
     try:
         described = await admin.describe_consumer_groups([group])
@@ -229,9 +233,9 @@ async def evict_predecessors(bootstrap: str, group: str, client_id: str) -> None
         await admin.close()
 
 
-async def group_members(bootstrap: str, group: str, client_id: str) -> set[str] | None:
+async def group_members(kafka: KafkaConnection, group: str, client_id: str) -> set[str] | None:
     """The member ids the broker lists for ``group`` (None when it could not be asked)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id=f"{client_id}-admin")
+    admin = AIOKafkaAdminClient(**kafka.aiokafka_kwargs(), client_id=f"{client_id}-admin")
     try:
         await admin.start()
         described = await admin.describe_consumer_groups([group])
@@ -442,6 +446,7 @@ class Worker:
         self.active: frozenset[int] = frozenset()
         self.wall = time.time()
         self.broker_heard = time.monotonic()  # the last answer from the broker
+        self.broker_error = ""  # why the last probe of a silent broker failed (for /ready)
         self.generation = 0
         self.stopping = asyncio.Event()
         self._commit_lock = asyncio.Lock()
@@ -470,7 +475,7 @@ class Worker:
         s = self.settings
         session_ms = int(s.session_timeout_s * 1000)
         self.producer = AIOKafkaProducer(
-            bootstrap_servers=s.bootstrap,
+            **s.kafka.aiokafka_kwargs(),
             acks="all",
             # No linger: a commit enqueues all its records without yielding to the event
             # loop, so they leave in one request anyway; a linger only delayed each of the
@@ -482,7 +487,7 @@ class Worker:
             client_id=f"{s.app_id}-worker",
         )
         self.consumer = AIOKafkaConsumer(
-            bootstrap_servers=s.bootstrap,
+            **s.kafka.aiokafka_kwargs(),
             group_id=s.app_id,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
@@ -495,7 +500,7 @@ class Worker:
             client_id=self.client_id,
         )
         self.reader = AIOKafkaConsumer(
-            bootstrap_servers=s.bootstrap,
+            **s.kafka.aiokafka_kwargs(),
             enable_auto_commit=False,
             auto_offset_reset="none",
             client_id=f"{s.app_id}-state-reader",
@@ -505,11 +510,11 @@ class Worker:
         threading.Thread(target=preload_families, name="preload", daemon=True).start()
         await self.producer.start()
         await self.reader.start()
-        await evict_predecessors(s.bootstrap, s.app_id, self.client_id)
+        await evict_predecessors(s.kafka, s.app_id, self.client_id)
         await self.consumer.start()
         self.leader_escape = StaleLeaderEscape(
             self.consumer._coordinator,
-            lambda: group_members(s.bootstrap, s.app_id, self.client_id),
+            lambda: group_members(s.kafka, s.app_id, self.client_id),
             stale_after_s=2 * s.session_timeout_s,
         ).install()
         self.consumer.subscribe(self.topics.inputs(), listener=_Rebalance(self))
@@ -548,7 +553,11 @@ class Worker:
                 continue
             try:
                 cluster = await asyncio.wait_for(self.producer.client.fetch_all_metadata(), 2.0)
-            except (KafkaError, OSError, TimeoutError):
+            except (KafkaError, OSError, TimeoutError) as exc:
+                # What /ready says: the cause the transport shows (nobody listening, a
+                # certificate refused), else what the client said.
+                found = await asyncio.to_thread(diagnose, self.settings.kafka, 2.0)
+                self.broker_error = found.text if found else f"{type(exc).__name__}: {exc}"
                 continue
             self.broker_heard = checked = time.monotonic()
             if check:
@@ -573,7 +582,7 @@ class Worker:
             log.warning("%s; creating the missing topics (--on-state-loss=fresh)", lost)
             try:
                 await asyncio.to_thread(
-                    ensure_topics, self.settings.bootstrap, self.topics, expected,
+                    ensure_topics, self.settings.kafka, self.topics, expected,
                     self.settings.app_id,
                 )
             except (TopicError, KafkaError, OSError) as exc:
@@ -1075,7 +1084,8 @@ class Worker:
         owned, active = self.owned, self.active
         silent = time.monotonic() - self.broker_heard
         if silent > BROKER_SILENCE_S:
-            return False, f"no answer from the broker for {silent:.0f}s"
+            cause = f": {self.broker_error}" if self.broker_error else ""
+            return False, f"no answer from the broker for {silent:.0f}s{cause}"
         if not owned:
             return False, "joining the consumer group"
         if owned - active:
@@ -1089,9 +1099,17 @@ class Worker:
         (a restart is ready sooner)."""
         worker = self
 
+        web = self.settings.web_config
+
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 status, content_type, body = 200, "text/plain; charset=utf-8", b"ok"
+                if web is not None and not web.authorized(self.headers.get("Authorization")):
+                    self.send_response(401)
+                    self.send_header("WWW-Authenticate", 'Basic realm="banditflow"')
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if self.path == "/metrics":
                     content_type, body = CONTENT_TYPE, worker.sink.exposition(flush=False)
                 elif self.path == "/ready":
@@ -1109,6 +1127,15 @@ class Worker:
                 pass  # one line per scrape is noise
 
         server = ThreadingHTTPServer((self.settings.web_host, self.settings.web_port), Handler)
+        context = web.ssl_context() if web is not None else None
+        if context is not None:
+            # The handshake on the request's thread, not in accept(): a client that stalls
+            # it must not hold up the others.
+            server.socket = context.wrap_socket(server.socket, server_side=True,
+                                                do_handshake_on_connect=False)
+            # A client that fails the handshake (no certificate, plain HTTP) is its own
+            # problem: no traceback on stderr per attempt.
+            server.handle_error = lambda *_: log.debug("HTTPS request failed", exc_info=True)
         server.daemon_threads = True
         threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
         return server

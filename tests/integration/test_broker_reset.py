@@ -26,7 +26,7 @@ from banditflow.streams.scrape import fetch
 from banditflow.streams.topics import Topics, ensure_topics
 from banditflow.streams.worker import EXIT_STATE_LOST
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.embedded_broker]
 
 LID = "reset"
 

@@ -242,7 +242,7 @@ def test_dashboards_and_alerts_against_real_prometheus(
 
     dead_letter(producer, prefix)
     reports = run_simulations([
-        SimulationSettings(bootstrap=broker.bootstrap, prefix=prefix, family=family,
+        SimulationSettings(kafka=broker.connection, prefix=prefix, family=family,
                            baseline=True, events=EVENTS, window=100, delay_mean=0.05,
                            timeout=60, workdir=tmp_path / "logs",
                            candidates=CANDIDATES.get(family, []))
