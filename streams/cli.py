@@ -208,9 +208,12 @@ def cmd_schemas(args: argparse.Namespace) -> int:
 
 
 def run_kcat(kcat_args: list[str]) -> int:
-    from banditflow.streams.kcat import kcat_command
+    from banditflow.streams.kcat import KcatError, kcat_command
 
-    command, env = kcat_command(kcat_args)
+    try:
+        command, env = kcat_command(kcat_args)
+    except KcatError as exc:  # the environment, not a bug: say what to do, no traceback
+        raise SystemExit(f"banditflow kcat: {exc}") from None
     os.execvpe(command[0], command, env)
 
 
