@@ -21,6 +21,7 @@ from pathlib import Path
 
 from banditflow.schemas import Limits
 
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 DEFAULT_BOOTSTRAP = os.environ.get("BANDITFLOW_BOOTSTRAP", "127.0.0.1:9092")
 
 
@@ -126,7 +127,23 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
         "ignores them and keeps their estimates as they were (default: on; a learner without "
         "candidates costs nothing either way)",
     )
-    parser.add_argument("--loglevel", default="warning", help="(default: %(default)s)")
+    parser.add_argument(
+        "--loglevel",
+        default="warning",
+        type=str.lower,
+        choices=LOG_LEVELS,
+        help="the worker's own log level; the line saying it is ready (version, bootstrap, "
+        "partitions, metrics URL) and one line per rebalance show unless it is error or "
+        "critical (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--client-loglevel",
+        default="warning",
+        type=str.lower,
+        choices=LOG_LEVELS,
+        help="log level of the Kafka client libraries (aiokafka, kafka-python), kept apart "
+        "so that --loglevel info or debug is not flooded by them (default: %(default)s)",
+    )
 
 
 def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is lazy: aiokafka)
@@ -183,9 +200,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from banditflow.streams.topics import Topics, ensure_topics
     from banditflow.streams.worker import RepeatFilter, run_worker
 
-    logging.basicConfig(
-        level=args.loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    level = logging.getLevelName(args.loglevel.upper())
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("banditflow.worker.lifecycle").setLevel(min(level, logging.INFO)
+                                                              if level <= logging.WARNING
+                                                              else level)
+    for client in ("aiokafka", "kafka"):
+        logging.getLogger(client).setLevel(args.client_loglevel.upper())
     for handler in logging.getLogger().handlers:
         handler.addFilter(RepeatFilter())
     wait_for_broker(args.bootstrap)
