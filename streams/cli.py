@@ -209,9 +209,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     level = logging.getLevelName(args.loglevel.upper())
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("banditflow.worker.lifecycle").setLevel(min(level, logging.INFO)
-                                                              if level <= logging.WARNING
-                                                              else level)
+    # The ready and rebalance lines show at the default level, silenced only by error/critical.
+    logging.getLogger("banditflow.worker.lifecycle").setLevel(
+        logging.INFO if level <= logging.WARNING else level)
     for client in ("aiokafka", "kafka"):
         logging.getLogger(client).setLevel(args.client_loglevel.upper())
     for handler in logging.getLogger().handlers:

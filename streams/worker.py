@@ -454,7 +454,7 @@ class Worker:
         self._recovering: asyncio.Task[None] | None = None
         self.recovery_error = ""  # why the last recovery attempt failed (for /ready)
         self._announced = False  # the ready line was logged (rebalances are logged after it)
-        self.owned_before: frozenset[int] = frozenset()  # for the rebalance line
+        self._owned_before: frozenset[int] = frozenset()  # for the rebalance line
         self.exit_status = 0
         self._offsets_commit: asyncio.Task[None] | None = None
         self._waiting_events = 0
@@ -1074,10 +1074,10 @@ class Worker:
         self.generation += 1
         numbers = {tp.partition for tp in assigned}
         if self._announced:
-            before = self.owned_before
+            before = self._owned_before
             lifecycle.info("rebalance: partitions %s (took %s, gave up %s)", sorted(numbers),
                            sorted(numbers - before), sorted(before - numbers))
-        self.owned_before = frozenset(numbers)
+        self._owned_before = frozenset(numbers)
         self.owned = frozenset(numbers)
         for number in list(self.partitions):
             if number not in numbers:
