@@ -59,7 +59,12 @@ def table_number(value: float) -> str:
     10000 rounds is ``10,000``, not ``1e+04``."""
     if float(value).is_integer() and abs(value) < 1e15:
         return f"{int(value):,}"
-    return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
+def table_spread(value: float) -> str:
+    """A standard deviation to two significant digits, without an exponent when large."""
+    return f"{value:,.0f}" if value >= 10 else f"{value:.2g}"
 
 
 def comparison_table(
@@ -79,6 +84,7 @@ def comparison_table(
             elif len(set(values)) == 1:  # one seed, or a figure the seeds share (rounds)
                 cells.append(table_number(values[0]))
             else:
-                cells.append(f"{table_number(float(np.mean(values)))} ± {np.std(values):.2g}")
+                cells.append(f"{table_number(float(np.mean(values)))} ± "
+                             f"{table_spread(float(np.std(values)))}")
         lines.append(f"| {learner} | {len(runs)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
