@@ -68,3 +68,39 @@ def test_replay_reports_dead_letters_per_reason_and_the_version_left_out(
     assert lines[1].startswith("replayed 16 records (1 learners, 10 contexts, 5 feedback) in ")
     assert lines[2].startswith("the workers dead-lettered 7 of the replayed records: "
                                "5 feedback contradicting_feedback, 2 contexts learner_rejected ")
+
+
+def test_a_reconfigured_learner_replays_faithfully_by_version(
+    broker, start_worker, read_topic, tmp_path: Path
+) -> None:
+    """Issue 29: an archive of a learner reconfigured under the same id made `replay
+    --faithful` refuse; its latest version replays faithfully on its own."""
+    from banditflow.streams.simulate import SimulationSettings, run_simulations
+
+    source, target, lid, events = "faithver", "faithverdst", "twice", 120
+    start_worker(source, partitions=2)
+    for algorithm, count in (("epsilon_greedy", 30), ("squarecb_g", events)):
+        (report,) = run_simulations([SimulationSettings(
+            bootstrap=broker.bootstrap, prefix=source, family="graph_cb", learner_id=lid,
+            algorithm=algorithm, events=count, window=20, delay_mean=0.05, seed=3, timeout=90,
+            workdir=tmp_path / algorithm)])
+        assert not report.timed_out and report.decided == count, report.render()
+    path = tmp_path / "live.jsonl"
+
+    def banditflow(*args: str) -> subprocess.CompletedProcess[str]:
+        finished = subprocess.run([sys.executable, "-m", "banditflow.streams.cli", *args],
+                                  capture_output=True, text=True, timeout=180)
+        assert finished.returncode == 0, finished.stderr[-3000:]
+        return finished
+
+    archived = banditflow("archive", "--bootstrap", broker.bootstrap, "--prefix", source,
+                          "--out", str(path), "--from-beginning", "--until-idle", "3",
+                          "--learner-id", lid)
+    assert (f"learner {lid!r}: version 2 ({events} decisions); left out version 1 "
+            "(30 decisions)") in archived.stderr
+    start_worker(target, partitions=2)
+    replayed = banditflow("replay", str(path), "--bootstrap", broker.bootstrap, "--prefix",
+                          target, "--partitions", "2", "--faithful", "--learner-id", lid,
+                          "--decision-wait", "30")
+    assert f"faithful: {events} of {events} decisions reproduced" in replayed.stderr
+    assert "the workers dead-lettered none of the replayed records" in replayed.stderr
