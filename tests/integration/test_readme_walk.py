@@ -8,9 +8,10 @@ walk it, mark its blocks. A block right after ``<!-- walk: output -->`` is what 
 block before it prints: each of its lines must be a line of that output (spaces collapsed);
 with ``tolerance=X`` its numbers may differ by X times their size (at least X), for outputs
 that vary from run to run (a live learner's: its OPE estimates differ by up to about 0.05
-between runs, their standard error; 0.2 keeps the check from flaking). Inside a walked sh block, a whole line
-starting with ``# `` shows output: split at ``...``, each piece must appear in what the block
-printed. Every walked block must exit with status 0 and print no traceback and no warning.
+between runs, their standard error; 0.2 keeps the check from flaking). Inside a walked sh
+block, a whole line starting with ``# `` shows output: split at ``...``, each piece must
+appear in what the block printed. Every walked block must exit with status 0 and print no
+traceback and no warning.
 
 What the test substitutes, as a newcomer with other ports would: the README's broker
 ``127.0.0.1:9092`` becomes the fresh broker's address and the worker's ``6066`` its free web
