@@ -45,11 +45,21 @@ def add_kafka_connection(parser: argparse.ArgumentParser, bootstrap_help: str | 
     )
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
 def _common_kafka(parser: argparse.ArgumentParser) -> None:
     add_kafka_connection(parser)
     parser.add_argument(
         "--prefix", default="banditflow", help="topic name prefix (default: %(default)s)"
     )
+
+
+def _learner_version(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--learner-version", type=int, default=None, metavar="N",
+                        help="with --learner-id: the learner's version N (a reconfigured "
+                        "learner starts a new one; decisions carry learner_version); default: "
+                        "the latest, saying which versions it left out")
 
 
 def _worker_options(parser: argparse.ArgumentParser) -> None:
@@ -152,7 +162,23 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
         "ignores them and keeps their estimates as they were (default: on; a learner without "
         "candidates costs nothing either way)",
     )
-    parser.add_argument("--loglevel", default="warning", help="(default: %(default)s)")
+    parser.add_argument(
+        "--loglevel",
+        default="warning",
+        type=str.lower,
+        choices=LOG_LEVELS,
+        help="the worker's own log level; the line saying it is ready (version, bootstrap, "
+        "partitions, metrics URL) and one line per rebalance show unless it is error or "
+        "critical (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--client-loglevel",
+        default="warning",
+        type=str.lower,
+        choices=LOG_LEVELS,
+        help="log level of the Kafka client libraries (aiokafka, kafka-python), kept apart "
+        "so that --loglevel info or debug is not flooded by them (default: %(default)s)",
+    )
 
 
 def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is lazy: aiokafka)
@@ -211,9 +237,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from banditflow.streams.topics import Topics, ensure_topics
     from banditflow.streams.worker import RepeatFilter, run_worker
 
-    logging.basicConfig(
-        level=args.loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    level = logging.getLevelName(args.loglevel.upper())
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # The ready and rebalance lines show at the default level, silenced only by error/critical.
+    logging.getLogger("banditflow.worker.lifecycle").setLevel(
+        logging.INFO if level <= logging.WARNING else level)
+    for client in ("aiokafka", "kafka"):
+        logging.getLogger(client).setLevel(args.client_loglevel.upper())
     for handler in logging.getLogger().handlers:
         handler.addFilter(RepeatFilter())
     wait_for_broker(args.kafka)
@@ -246,7 +276,7 @@ def run_kcat(kcat_args: list[str]) -> int:
         if config_file or any(k.startswith("BANDITFLOW_KAFKA_") for k in os.environ):
             command = pass_config(command, KafkaConnection.resolve(
                 os.environ.get("BANDITFLOW_BOOTSTRAP"), config_file, os.environ))
-    except (KafkaConfigError, KcatError) as exc:
+    except (KafkaConfigError, KcatError) as exc:  # the setup, not a bug: say what to do
         raise SystemExit(f"banditflow kcat: {exc}") from None
     os.execvpe(command[0], command, env)
 
@@ -281,10 +311,18 @@ def cmd_make_log(args: argparse.Namespace) -> int:
 
 
 def cmd_archive(args: argparse.Namespace) -> int:
+    from banditflow.offline.archive import (
+        ArchiveError,
+        read_archive,
+        select_version,
+        write_archive,
+    )
     from banditflow.streams.archive import ArchiveSettings, run_archive
     from banditflow.streams.broker import wait_for_broker
     from banditflow.streams.topics import TopicError
 
+    if args.learner_version is not None and args.learner_id is None:
+        raise SystemExit("banditflow archive: --learner-version needs --learner-id")
     wait_for_broker(args.kafka)
     settings = ArchiveSettings(args.kafka, args.prefix, args.out, args.from_beginning,
                                args.until_idle)
@@ -292,9 +330,16 @@ def cmd_archive(args: argparse.Namespace) -> int:
     try:
         count = run_archive(settings, (lambda n: print(f"\r{n:,} records", end="",
                                                        file=sys.stderr)) if tty else None)
-    except (OSError, TopicError) as exc:
+        if tty:
+            print(file=sys.stderr)
+        if args.learner_id is not None:  # the whole prefix was read: keep one learner version
+            header, records = read_archive(args.out)
+            chosen = select_version(records, args.learner_id, args.learner_version)
+            count = write_archive(args.out, chosen.records, header.source, header.prefix)
+            print(chosen.note(), file=sys.stderr)
+    except (OSError, TopicError, ArchiveError) as exc:
         raise SystemExit(f"banditflow archive: {exc}") from None
-    print(("\n" if tty else "") + f"{args.out}: {count:,} records", file=sys.stderr)
+    print(f"{args.out}: {count:,} records", file=sys.stderr)
     return 0
 
 
@@ -308,7 +353,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     try:
         settings = ReplaySettings(args.kafka, args.prefix, args.log, args.speed, args.start,
                                   args.end, args.learner_id, args.faithful,
-                                  args.decision_wait)
+                                  args.decision_wait, args.learner_version,
+                                  args.dead_letter_wait)
         wait_for_broker(args.kafka)
         ensure_topics(args.kafka, Topics(args.prefix), args.partitions)
         tty = sys.stderr.isatty()
@@ -382,7 +428,12 @@ def cmd_import_log(args: argparse.Namespace) -> int:
 def cmd_ope(args: argparse.Namespace) -> int:
     import json
 
-    from banditflow.offline.archive import ArchiveError, joined_rounds, read_archive
+    from banditflow.offline.archive import (
+        ArchiveError,
+        joined_rounds,
+        read_archive,
+        select_version,
+    )
     from banditflow.offline.formats import import_log
     from banditflow.offline.ope.evaluation import evaluate
     from banditflow.offline.ope.policies import PolicyError, parse_policy
@@ -395,14 +446,22 @@ def cmd_ope(args: argparse.Namespace) -> int:
         else:
             records, report = import_log(args.log, args.format, dims=args.dims)
             print(report.render(), file=sys.stderr)
-        rounds = joined_rounds(records)
-        learners = sorted({r.learner_id for r in rounds})
-        if args.learner_id is not None:
-            rounds = [r for r in rounds if r.learner_id == args.learner_id]
-        elif len(learners) > 1:
+        learners = sorted({r.learner_id for r in joined_rounds(records)})
+        learner_id = args.learner_id
+        if learner_id is None and len(learners) > 1:
             raise SystemExit(f"banditflow ope: the log holds {len(learners)} learners "
                              f"({', '.join(learners)}): choose one with --learner-id")
-        result = evaluate(rounds, policies, args.min_propensity, args.folds, args.seed)
+        if learner_id is None and args.learner_version is not None:
+            raise SystemExit("banditflow ope: --learner-version needs --learner-id")
+        if learner_id is None and learners:
+            learner_id = learners[0]
+        if learner_id is not None:
+            chosen = select_version(records, learner_id, args.learner_version)
+            records = chosen.records
+            if len(chosen.decisions) > 1 or args.learner_version is not None:
+                print(chosen.note(), file=sys.stderr)
+        result = evaluate(joined_rounds(records), policies, args.min_propensity, args.folds,
+                          args.seed)
     except (OSError, ArchiveError, PolicyError, FeatureError, ValueError) as exc:
         raise SystemExit(f"banditflow ope: {exc}") from None
     print(json.dumps(result.as_json()) if args.json else result.table())
@@ -477,14 +536,17 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True)
     p.set_defaults(func=cmd_make_log)
 
-    p = sub.add_parser("archive", help="copy the learners, contexts, decisions, feedback and "
-                                       "truth topics into one JSONL archive")
+    p = sub.add_parser("archive", help="copy the learners, contexts, decisions, feedback, "
+                                       "truth and deadletter topics into one JSONL archive")
     _common_kafka(p)
     p.add_argument("--out", type=Path, required=True, help="the archive file to write")
     p.add_argument("--from-beginning", action="store_true",
                    help="start at the topics' beginning (default: at their end)")
     p.add_argument("--until-idle", type=float, default=None, metavar="S",
                    help="stop once no record came for S seconds (default: run until Ctrl-C)")
+    p.add_argument("--learner-id", default=None,
+                   help="keep only this learner's records, of one version (below)")
+    _learner_version(p)
     p.set_defaults(func=cmd_archive)
 
     p = sub.add_parser("replay", help="produce an archive's learners, contexts, feedback and "
@@ -501,7 +563,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="skip records stamped before TS (seconds since the epoch)")
     p.add_argument("--end", type=float, default=None, metavar="TS",
                    help="skip records stamped after TS (seconds since the epoch)")
-    p.add_argument("--learner-id", default=None, help="replay only this learner's records")
+    p.add_argument("--learner-id", default=None,
+                   help="replay only this learner's records, of one version (below)")
+    _learner_version(p)
+    p.add_argument("--dead-letter-wait", type=float, default=3.0, metavar="S",
+                   help="then report, per topic and reason, the replayed records the workers "
+                        "dead-lettered, read from the dead-letter topic until S seconds pass "
+                        "without one or a decision of a replayed context; 0: do not wait "
+                        "(default: %(default)s)")
     p.add_argument("--faithful", action="store_true",
                    help="keep the live order of each learner's contexts and feedback (the "
                         "workers of the prefix must be running; no --start, --end or "
@@ -560,6 +629,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="write ope.json (with diagnostics) and ope.png into this directory")
     p.add_argument("--learner-id", default=None,
                    help="the learner to evaluate when the log holds several")
+    _learner_version(p)
     p.add_argument("--min-propensity", type=float, default=1e-3,
                    help="propensities below this are raised to it in the weights "
                         "(clipping; 0 for none; default: %(default)s)")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from banditflow.streams.connection import KafkaConnection
@@ -30,7 +31,10 @@ def bundled_librdkafka_dir() -> Path:
     try:
         import confluent_kafka
     except ImportError as exc:
-        raise KcatError("confluent-kafka is not installed (pip install 'banditflow[dev]')") from exc
+        raise KcatError(
+            "confluent-kafka, a dependency of banditflow, is not installed in this Python "
+            f"({sys.executable}): run {sys.executable} -m pip install 'confluent-kafka>=2.3'"
+        ) from exc
     libs = Path(confluent_kafka.__file__).resolve().parent.parent / "confluent_kafka.libs"
     candidates = sorted(libs.glob("librdkafka*.so*"))
     if not candidates:
@@ -50,7 +54,7 @@ def kcat_command(args: list[str]) -> tuple[list[str], dict[str, str]]:
     """The kcat command line and environment for ``args``."""
     binary = shutil.which("kcat")
     if binary is None:
-        raise KcatError("kcat not found: install it (Debian: apt-get install kcat)")
+        raise KcatError("kcat is not installed: install it (Debian, Ubuntu: apt-get install kcat)")
     args = [a for a in args if a != "--"]
     if "-P" in args and not any(PARTITIONER.split("=")[0] in a for a in args):
         args = [*args, "-X", PARTITIONER]

@@ -43,6 +43,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.protocol.group import LeaveGroupRequest
 from aiokafka.structs import ConsumerRecord
 
+from banditflow import __version__
 from banditflow.learners.base import LearnerError
 from banditflow.learners.registry import algorithms, families
 from banditflow.processors import Emitted, PartitionStore, Processor, Source, StreamTimes
@@ -62,6 +63,9 @@ from banditflow.streams.topics import TopicError, Topics, ensure_topics, partiti
 from banditflow.streams.webconfig import WebConfig
 
 log = logging.getLogger("banditflow.worker")
+# The lines an operator waits for: ready (once) and each rebalance. `banditflow worker` shows
+# them at its default --loglevel (warning), which keeps the rest of the worker quiet.
+lifecycle = logging.getLogger("banditflow.worker.lifecycle")
 
 @dataclass(frozen=True)
 class WorkerSettings:
@@ -454,6 +458,8 @@ class Worker:
         self._committed = asyncio.Event()
         self._recovering: asyncio.Task[None] | None = None
         self.recovery_error = ""  # why the last recovery attempt failed (for /ready)
+        self._announced = False  # the ready line was logged (rebalances are logged after it)
+        self._owned_before: frozenset[int] = frozenset()  # for the rebalance line
         self.exit_status = 0
         self._offsets_commit: asyncio.Task[None] | None = None
         self._waiting_events = 0
@@ -975,6 +981,15 @@ class Worker:
                               exc_info=not isinstance(exc, KafkaError | StateLogError))
                 await asyncio.sleep(min(5.0, 0.25 * 2**failures))
         self.recovery_error = ""
+        if not self._announced and self.owned and self.owned == self.active:
+            self._announced = True
+            settings = self.settings
+            lifecycle.info(
+                "banditflow %s worker ready: bootstrap %s, group %s, topics %s.*, partitions %s, "
+                "metrics %s://%s:%d/metrics", __version__, settings.kafka.describe(),
+                settings.app_id, settings.prefix, sorted(self.owned),
+                "https" if settings.web_config and settings.web_config.cert_file else "http",
+                settings.web_host, settings.web_port)
 
     async def _recover_one(
         self, number: int, reader: LogReader, generation: int, started: float
@@ -1069,6 +1084,11 @@ class Worker:
     async def on_assigned(self, assigned: set[TopicPartition]) -> None:
         self.generation += 1
         numbers = {tp.partition for tp in assigned}
+        if self._announced:
+            before = self._owned_before
+            lifecycle.info("rebalance: partitions %s (took %s, gave up %s)", sorted(numbers),
+                           sorted(numbers - before), sorted(before - numbers))
+        self._owned_before = frozenset(numbers)
         self.owned = frozenset(numbers)
         for number in list(self.partitions):
             if number not in numbers:
