@@ -93,7 +93,7 @@ def _encode(record: Mapping[str, Any]) -> bytes:
     # type; NaN written out is refused as what it is (non_finite).
     try:
         return json.dumps(record, separators=(",", ":")).encode()
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise Rejected("invalid_schema", f"not JSON-serialisable: {exc}") from None
 
 
@@ -236,6 +236,10 @@ class AsyncClient:
         if self._producer is not None:
             await self._producer.stop()
             self._producer = None
+
+    def ready(self) -> bool:
+        """Whether the client is started and its consumer is reading."""
+        return self._reader is not None and not self._reader.done()
 
     async def _is_tansu(self) -> bool:
         # The embedded broker holds an empty fetch for the whole wait even when records
