@@ -224,8 +224,8 @@ async def _body(request: Request, learner_id: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise _BadRequest("malformed_json", f"expected a JSON object, got {type(value).__name__}")
     if value.setdefault("learner_id", learner_id) != learner_id:
-        raise _BadRequest("invalid_schema",
-                          f"learner_id {value['learner_id']!r} differs from the path's")
+        raise Rejected("invalid_schema",
+                       f"learner_id {value['learner_id']!r} differs from the path's")
     return value
 
 
