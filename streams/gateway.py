@@ -38,7 +38,7 @@ from typing import Annotated, Any
 
 import orjson
 from aiokafka.errors import KafkaError
-from fastapi import Depends, FastAPI, Query, Request, Response
+from fastapi import FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -51,6 +51,9 @@ log = logging.getLogger("banditflow.gateway")
 
 ROLES = ("decide", "admin")
 OPEN_PATHS = frozenset({"/healthz", "/ready"})
+# What only the admin role may do: change learner configs (PUT, DELETE /v1/learners/{id};
+# every other endpoint reads or is a POST of events).
+ADMIN_METHODS = frozenset({"PUT", "DELETE"})
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -166,20 +169,26 @@ class _Front:
 
     def _refusal(self, scope: Scope) -> Response | None:
         headers = dict(scope["headers"])
+        if self.keys is not None and scope["path"] not in OPEN_PATHS:
+            refusal = self._unauthorized(scope, headers)
+            if refusal is not None:
+                return refusal
         length = headers.get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_body):
             return _problem(413, "oversize", f"the body exceeds {self.max_body} bytes "
                                              "(the worker's --max-event-bytes)")
-        if self.keys is None or scope["path"] in OPEN_PATHS:
-            scope.setdefault("state", {})["role"] = "admin"
-            return None
+        return None
+
+    def _unauthorized(self, scope: Scope, headers: dict[bytes, bytes]) -> Response | None:
+        assert self.keys is not None
         scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
         role = self.keys.role_of(token.strip()) if scheme.lower() == "bearer" else None
         if role is None:
             return _json(401, {"reason": "unauthorized",
                                "detail": "a valid key is required: Authorization: Bearer TOKEN"},
                          {"WWW-Authenticate": "Bearer"})
-        scope.setdefault("state", {})["role"] = role
+        if role != "admin" and scope["method"] in ADMIN_METHODS:
+            return _problem(403, "forbidden", "this key's role (decide) may not change learners")
         return None
 
     def _limited(self, receive: Receive) -> Receive:
@@ -200,18 +209,6 @@ class _Front:
 
 class _Oversize(Exception):
     """A body (sent without a Content-Length, or longer than it said) over the limit."""
-
-
-def _require(role: str) -> Callable[[Request], None]:
-    def check(request: Request) -> None:
-        if role == "admin" and request.state.role != "admin":
-            raise _Forbidden()
-
-    return check
-
-
-class _Forbidden(Exception):
-    pass
 
 
 async def _body(request: Request, learner_id: str) -> dict[str, Any]:
@@ -296,16 +293,10 @@ def build_app(client: AsyncClient, keys: ApiKeys | None,
         log.warning("broker: %s", exc)
         return _problem(503, "broker_unavailable", type(exc).__name__)
 
-    @app.exception_handler(_Forbidden)
-    async def forbidden(_: Request, exc: _Forbidden) -> Response:
-        return _problem(403, "forbidden", "this key's role (decide) may not change learners")
-
     @app.exception_handler(_Oversize)
     async def oversize(_: Request, exc: _Oversize) -> Response:
         return _problem(413, "oversize", "the body exceeds the limit (--max-event-bytes)")
 
-    decide_role = [Depends(_require("decide"))]
-    admin_role = [Depends(_require("admin"))]
     errors = (400, 401, 403, 404, 413, 422, 503)
 
     @app.get("/healthz", include_in_schema=False)
@@ -318,11 +309,11 @@ def build_app(client: AsyncClient, keys: ApiKeys | None,
         return Response("ready" if ok else "not ready: no broker connection",
                         200 if ok else 503, media_type="text/plain")
 
-    @app.get("/openapi.json", include_in_schema=False, dependencies=decide_role)
+    @app.get("/openapi.json", include_in_schema=False)
     async def openapi() -> Response:
         return _json(200, app.openapi())
 
-    @app.post("/v1/learners/{learner_id}/decisions", dependencies=decide_role,
+    @app.post("/v1/learners/{learner_id}/decisions",
               summary="Decide on a context", openapi_extra=_request_body("ContextBody"),
               responses={200: {"description": "the decision, as on the decisions topic",
                                "content": {"application/json": {"schema": {
@@ -338,21 +329,21 @@ def build_app(client: AsyncClient, keys: ApiKeys | None,
         decision = await client.decide_record(record, timeout=timeout)
         return _json(200, decision.record)
 
-    @app.post("/v1/learners/{learner_id}/feedback", status_code=202, dependencies=decide_role,
+    @app.post("/v1/learners/{learner_id}/feedback", status_code=202,
               summary="Report feedback", openapi_extra=_request_body("FeedbackBody"),
               responses=_problems(*errors))
     async def feedback(learner_id: str, request: Request) -> Response:
         await client.feedback_record(await _body(request, learner_id))
         return _json(202, {"accepted": True})
 
-    @app.post("/v1/learners/{learner_id}/truth", status_code=202, dependencies=decide_role,
+    @app.post("/v1/learners/{learner_id}/truth", status_code=202,
               summary="Report ground truth", openapi_extra=_request_body("TruthBody"),
               responses=_problems(*errors))
     async def truth(learner_id: str, request: Request) -> Response:
         await client.truth_record(await _body(request, learner_id))
         return _json(202, {"accepted": True})
 
-    @app.get("/v1/learners", dependencies=decide_role, summary="List learner configs",
+    @app.get("/v1/learners", summary="List learner configs",
              responses={200: {"description": "every learner's config", "content": {
                  "application/json": {"schema": {"type": "array", "items": {
                      "$ref": "#/components/schemas/LearnerConfig"}}}}},
@@ -360,7 +351,7 @@ def build_app(client: AsyncClient, keys: ApiKeys | None,
     async def list_learners() -> Response:
         return _json(200, [c.model_dump(mode="json") for c in await client.learners.list()])
 
-    @app.get("/v1/learners/{learner_id}", dependencies=decide_role, summary="A learner's config",
+    @app.get("/v1/learners/{learner_id}", summary="A learner's config",
              responses={200: {"description": "the config", "content": {"application/json": {
                  "schema": {"$ref": "#/components/schemas/LearnerConfig"}}}},
                  **_problems(401, 404, 503)})
@@ -370,7 +361,7 @@ def build_app(client: AsyncClient, keys: ApiKeys | None,
             return _problem(404, "unknown_learner", f"no learner {learner_id!r}")
         return _json(200, config.model_dump(mode="json"))
 
-    @app.put("/v1/learners/{learner_id}", dependencies=admin_role,
+    @app.put("/v1/learners/{learner_id}",
              summary="Create or reconfigure a learner",
              openapi_extra=_request_body("LearnerConfigBody"),
              responses={200: {"description": "the config as stored", "content": {
@@ -381,7 +372,7 @@ def build_app(client: AsyncClient, keys: ApiKeys | None,
         config = await client.learners.put(await _body(request, learner_id))
         return _json(200, config.model_dump(mode="json"))
 
-    @app.delete("/v1/learners/{learner_id}", status_code=204, dependencies=admin_role,
+    @app.delete("/v1/learners/{learner_id}", status_code=204,
                 summary="Delete a learner", responses=_problems(401, 403, 404, 503))
     async def delete_learner(learner_id: str) -> Response:
         await client.learners.delete(learner_id)
