@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,60 +23,15 @@ import pytest
 from openapi_spec_validator import validate
 
 from banditflow.streams.broker import free_port
-from banditflow.streams.demo import stop
 from banditflow.streams.scrape import fetch
 from tests.fault import corpus as hostile
+from tests.integration.conftest import gateway_command
 from tests.integration.test_client import CONTEXTS, GRAPH, family_configs
 
 pytestmark = pytest.mark.integration
 
 DECIDE = "decide-token-0123456789abcdef"
 ADMIN = "admin-token-0123456789abcdef"
-
-
-class Gateway:
-    def __init__(self, process: subprocess.Popen[bytes], url: str, metrics_port: int,
-                 log_path: Path) -> None:
-        self.process, self.url, self.metrics_port, self.log_path = (process, url, metrics_port,
-                                                                    log_path)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-
-def gateway_command(bootstrap: str, prefix: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", "banditflow.streams.cli", "gateway", "--bootstrap", bootstrap,
-            "--prefix", prefix, *args]
-
-
-@pytest.fixture
-def start_gateway(broker, tmp_path: Path) -> Iterator[Callable[..., Gateway]]:
-    started: list[Gateway] = []
-
-    def start(prefix: str, *args: str, scheme: str = "http", verify: Any = True) -> Gateway:
-        port, metrics_port = free_port(), free_port()
-        log_path = tmp_path / f"gateway-{len(started)}.log"
-        with open(log_path, "ab") as log:
-            process = subprocess.Popen(
-                gateway_command(broker.bootstrap, prefix, "--port", str(port),
-                                "--metrics-port", str(metrics_port), *args),
-                stdout=log, stderr=subprocess.STDOUT)
-        gateway = Gateway(process, f"{scheme}://127.0.0.1:{port}", metrics_port, log_path)
-        started.append(gateway)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert process.poll() is None, gateway.log()
-            try:
-                if httpx.get(f"{gateway.url}/ready", verify=verify).status_code == 200:
-                    return gateway
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"the gateway did not get ready:\n{gateway.log()}")
-
-    yield start
-    for gateway in started:
-        stop(gateway.process)
 
 
 @pytest.fixture
