@@ -272,7 +272,8 @@ def build_app(client: AsyncClient, keys: ApiKeys | None,
 
     @app.exception_handler(Rejected)
     async def rejected(_: Request, exc: Rejected) -> Response:
-        return _problem(404 if exc.reason == "unknown_learner" else 422, exc.reason, exc.detail)
+        status = {"unknown_learner": 404, "malformed_json": 400}.get(exc.reason, 422)
+        return _problem(status, exc.reason, exc.detail)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, exc: RequestValidationError) -> Response:
