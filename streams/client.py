@@ -426,23 +426,19 @@ class AsyncClient:
         waiter = _Waiter()
         self._by_event.setdefault((lid, eid), []).append(waiter)
         at: tuple[int, int] | None = None
+        seconds = self.timeout if timeout is None else timeout
         try:
-            sent = await producer.send_and_wait(self.topics.contexts, raw, lid.encode(),
-                                                partition=partition)
-            at = (partition, sent.offset)
-            early = self._early_dead.pop(at, None)
-            if early is not None:
-                waiter.settle(None, early)
-            self._by_offset[at] = waiter
-            try:
-                return await asyncio.wait_for(
-                    asyncio.shield(waiter.future), self.timeout if timeout is None else timeout
-                )
-            except TimeoutError:
-                raise DecisionTimeout(
-                    f"no decision for {lid}/{eid} within "
-                    f"{self.timeout if timeout is None else timeout:g}s"
-                ) from None
+            async with asyncio.timeout(seconds):  # the produce included
+                sent = await producer.send_and_wait(self.topics.contexts, raw, lid.encode(),
+                                                    partition=partition)
+                at = (partition, sent.offset)
+                early = self._early_dead.pop(at, None)
+                if early is not None:
+                    waiter.settle(None, early)
+                self._by_offset[at] = waiter
+                return await waiter.future
+        except TimeoutError:
+            raise DecisionTimeout(f"no decision for {lid}/{eid} within {seconds:g}s") from None
         finally:
             waiters = self._by_event.get((lid, eid), [])
             if waiter in waiters:
