@@ -426,7 +426,7 @@ def cmd_learners(args: argparse.Namespace) -> int:
 
 def cmd_gateway(args: argparse.Namespace) -> int:
     try:
-        from banditflow.streams.gateway import GatewaySettings, KeysError, run_gateway
+        from banditflow.streams.gateway import GatewayError, GatewaySettings, run_gateway
     except ModuleNotFoundError as exc:
         print(f"banditflow gateway needs {exc.name}, which the gateway extra installs: "
               "pip install 'banditflow[gateway]'", file=sys.stderr)
@@ -439,7 +439,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
             args.api_keys, args.tls_cert, args.tls_key, args.timeout, args.metrics_host,
             args.metrics_port, Limits(args.max_event_bytes, args.max_labels, args.max_features),
         ))
-    except (OSError, KeysError) as exc:
+    except (OSError, GatewayError) as exc:
         print(f"banditflow gateway: {exc}", file=sys.stderr)
         return 2
 

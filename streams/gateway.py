@@ -25,6 +25,7 @@ Prometheus metrics (``banditflow_gateway_*``) are served on a port of their own
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import ipaddress
@@ -62,8 +63,9 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-class KeysError(ValueError):
-    """An API keys file that cannot be used (the message never quotes a token)."""
+class GatewayError(ValueError):
+    """Settings the gateway cannot run with: an API keys file it cannot use (the message never
+    quotes a token), TLS half given, keys missing beyond loopback, no broker or topics."""
 
 
 @dataclass(frozen=True)
@@ -82,14 +84,14 @@ class ApiKeys:
                 continue
             role, sep, token = line.partition(":")
             if not sep or role not in ROLES:
-                raise KeysError(f"{path}:{number}: expected ROLE:TOKEN with ROLE one of "
+                raise GatewayError(f"{path}:{number}: expected ROLE:TOKEN with ROLE one of "
                                 f"{', '.join(ROLES)}")
             if len(token) < 16 or any(c.isspace() for c in token):
-                raise KeysError(f"{path}:{number}: a token must have at least 16 characters "
+                raise GatewayError(f"{path}:{number}: a token must have at least 16 characters "
                                 "and no spaces")
             roles[token] = role
         if not roles:
-            raise KeysError(f"{path}: no keys")
+            raise GatewayError(f"{path}: no keys")
         return cls(roles)
 
     def role_of(self, token: str) -> str | None:
@@ -217,19 +219,13 @@ async def _body(request: Request, learner_id: str) -> dict[str, Any]:
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise _BadRequest("malformed_json", f"not valid UTF-8 JSON: {exc}") from None
+        raise Rejected("malformed_json", f"not valid UTF-8 JSON: {exc}") from None
     if not isinstance(value, dict):
-        raise _BadRequest("malformed_json", f"expected a JSON object, got {type(value).__name__}")
+        raise Rejected("malformed_json", f"expected a JSON object, got {type(value).__name__}")
     if value.setdefault("learner_id", learner_id) != learner_id:
         raise Rejected("invalid_schema",
                        f"learner_id {value['learner_id']!r} differs from the path's")
     return value
-
-
-class _BadRequest(Exception):
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason, self.detail = reason, detail
 
 
 def _body_schema(model: type, optional: tuple[str, ...]) -> dict[str, Any]:
@@ -280,10 +276,6 @@ def build_app(client: AsyncClient, keys: ApiKeys | None,
         where = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
                           for e in exc.errors()[:5])
         return _problem(422, "invalid_request", where)
-
-    @app.exception_handler(_BadRequest)
-    async def bad_request(_: Request, exc: _BadRequest) -> Response:
-        return _problem(400, exc.reason, exc.detail)
 
     @app.exception_handler(DecisionTimeout)
     async def timed_out(_: Request, exc: DecisionTimeout) -> Response:
@@ -433,15 +425,26 @@ def run_gateway(settings: GatewaySettings) -> int:
 
     keys = ApiKeys.read(settings.api_keys) if settings.api_keys is not None else None
     if keys is None and not is_loopback(settings.host):
-        raise KeysError(f"refusing to serve {settings.host} without --api-keys: anyone who can "
+        raise GatewayError(f"refusing to serve {settings.host} without --api-keys: anyone who can "
                         "reach it could decide and change learners (loopback only without keys)")
     if (settings.tls_cert is None) != (settings.tls_key is None):
-        raise KeysError("--tls-cert and --tls-key go together")
+        raise GatewayError("--tls-cert and --tls-key go together")
+    client = AsyncClient(settings.connection, prefix=settings.prefix, limits=settings.limits,
+                         timeout=settings.timeout_s)
+
+    async def reachable() -> None:
+        # Said here in one line, rather than by uvicorn as a failed startup's traceback.
+        async with AsyncClient(settings.connection, prefix=settings.prefix):
+            pass
+
+    try:
+        asyncio.run(reachable())
+    except (KafkaError, RuntimeError) as exc:
+        raise GatewayError(f"cannot read the topics of prefix {settings.prefix!r} on "
+                           f"{settings.connection.bootstrap}: {exc}") from None
     metrics = GatewayMetrics()
     if settings.metrics_port is not None:
         start_http_server(settings.metrics_port, settings.metrics_host, metrics.registry)
-    client = AsyncClient(settings.connection, prefix=settings.prefix, limits=settings.limits,
-                         timeout=settings.timeout_s)
     config = uvicorn.Config(
         build_app(client, keys, metrics), host=settings.host, port=settings.port,
         ssl_certfile=settings.tls_cert, ssl_keyfile=settings.tls_key, access_log=False,
