@@ -250,10 +250,8 @@ def _problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
                     "$ref": "#/components/schemas/Problem"}}}} for s in statuses}
 
 
-def build_app(client: AsyncClient, keys: ApiKeys | None,
-              metrics: GatewayMetrics | None = None) -> ASGIApp:
+def build_app(client: AsyncClient, keys: ApiKeys | None, metrics: GatewayMetrics) -> ASGIApp:
     """The gateway's ASGI application around ``client`` (started and closed with it)."""
-    metrics = metrics or GatewayMetrics()
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -414,7 +412,7 @@ class GatewaySettings:
     tls_key: Path | None = None
     timeout_s: float = 10.0
     metrics_host: str = "127.0.0.1"
-    metrics_port: int | None = 6067
+    metrics_port: int = 6067
     limits: Limits = field(default_factory=Limits)
 
 
@@ -425,8 +423,9 @@ def run_gateway(settings: GatewaySettings) -> int:
 
     keys = ApiKeys.read(settings.api_keys) if settings.api_keys is not None else None
     if keys is None and not is_loopback(settings.host):
-        raise GatewayError(f"refusing to serve {settings.host} without --api-keys: anyone who can "
-                        "reach it could decide and change learners (loopback only without keys)")
+        raise GatewayError(f"refusing to serve {settings.host} without --api-keys: anyone who "
+                           "can reach it could decide and change learners (loopback only "
+                           "without keys)")
     if (settings.tls_cert is None) != (settings.tls_key is None):
         raise GatewayError("--tls-cert and --tls-key go together")
     client = AsyncClient(settings.connection, prefix=settings.prefix, limits=settings.limits,
@@ -443,8 +442,7 @@ def run_gateway(settings: GatewaySettings) -> int:
         raise GatewayError(f"cannot read the topics of prefix {settings.prefix!r} on "
                            f"{settings.connection.bootstrap}: {exc}") from None
     metrics = GatewayMetrics()
-    if settings.metrics_port is not None:
-        start_http_server(settings.metrics_port, settings.metrics_host, metrics.registry)
+    start_http_server(settings.metrics_port, settings.metrics_host, metrics.registry)
     config = uvicorn.Config(
         build_app(client, keys, metrics), host=settings.host, port=settings.port,
         ssl_certfile=settings.tls_cert, ssl_keyfile=settings.tls_key, access_log=False,
