@@ -304,3 +304,31 @@ def test_hostile_corpus_gets_reasons_never_a_500(
         sent = json.loads(value)
         assert any(all(got.get(k) == v for k, v in sent.items()) for got in on_topic), sent
     assert "Traceback" not in gateway.log()
+
+
+def test_gateways_side_by_side(broker, start_worker, start_gateway, keys_file: Path) -> None:
+    """Two gateways on one prefix: a learner created through one is served by both, and
+    concurrent decisions through each get their own (each gateway holds only its consumer)."""
+    worker = start_worker("gwpair", partitions=2)
+    first = start_gateway(worker.prefix, "--api-keys", str(keys_file))
+    second = start_gateway(worker.prefix, "--api-keys", str(keys_file))
+    config = family_configs()["conformal"]
+    answer = httpx.put(f"{first.url}/v1/learners/shop", json=config,
+                       headers={"Authorization": f"Bearer {ADMIN}"})
+    assert answer.status_code == 200, answer.text
+
+    async def run() -> list[tuple[str, dict[str, Any]]]:
+        headers = {"Authorization": f"Bearer {DECIDE}"}
+        async with httpx.AsyncClient(headers=headers, timeout=60) as http:
+
+            async def one(i: int) -> tuple[str, dict[str, Any]]:
+                url = (first if i % 2 else second).url
+                answer = await http.post(f"{url}/v1/learners/shop/decisions",
+                                         json={"event_id": f"p{i}", **CONTEXTS["conformal"]})
+                assert answer.status_code == 200, answer.text
+                return f"p{i}", answer.json()
+
+            return await asyncio.gather(*(one(i) for i in range(200)))
+
+    for event_id, decision in asyncio.run(run()):
+        assert decision["event_id"] == event_id and decision["learner_id"] == "shop"
