@@ -5,7 +5,8 @@ Commands: ``broker`` (embedded Kafka-protocol broker), ``worker`` (the worker),
 ``schemas`` (write or check the published JSON Schemas), ``archive`` (topics into a JSONL
 archive), ``replay`` (an archive back into topics), ``import-log`` (DSJSON / OBP logs into an
 archive), ``ope`` (off-policy evaluation), ``warm-start`` (a learner trained on a log,
-published) and ``kcat`` (Debian's kcat with a librdkafka that speaks to every broker
+published), ``learners`` (list, show, create, delete learner configs), ``gateway`` (the HTTP
+gateway) and ``kcat`` (Debian's kcat with a librdkafka that speaks to every broker
 banditflow supports).
 """
 
@@ -471,6 +472,72 @@ def cmd_ope(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_learners(args: argparse.Namespace) -> int:
+    import json
+
+    from aiokafka.errors import KafkaError
+
+    from banditflow.streams.client import Client, Rejected
+
+    if args.action != "list" and args.target is None:
+        print(f"banditflow learners {args.action}: which learner? "
+              f"({'a JSON config file' if args.action == 'create' else 'its id'})",
+              file=sys.stderr)
+        return 2
+    config = None
+    if args.action == "create":
+        try:
+            config = json.loads(Path(args.target).read_bytes())
+        except (OSError, ValueError) as exc:
+            print(f"banditflow learners create: {args.target}: {exc}", file=sys.stderr)
+            return 2
+    try:
+        with Client(args.kafka, prefix=args.prefix) as bf:
+            if args.action == "list":
+                for learner in bf.learners.list():
+                    print(f"{learner.learner_id}\t{learner.family}\t{learner.algorithm}")
+            elif args.action == "show":
+                learner = bf.learners.get(args.target)
+                if learner is None:
+                    print(f"banditflow learners show: no learner {args.target!r}",
+                          file=sys.stderr)
+                    return 1
+                print(learner.model_dump_json(indent=2))
+            elif args.action == "create":
+                created = bf.learners.create(config)
+                print(f"created {created.family}/{created.algorithm} learner "
+                      f"{created.learner_id!r}", file=sys.stderr)
+            else:
+                bf.learners.delete(args.target)
+                print(f"deleted learner {args.target!r}", file=sys.stderr)
+    except Rejected as exc:
+        print(f"banditflow learners {args.action}: {exc}", file=sys.stderr)
+        return 2 if exc.reason != "unknown_learner" else 1
+    except (RuntimeError, KafkaError) as exc:  # no broker, or no topics of this prefix
+        print(f"banditflow learners {args.action}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_gateway(args: argparse.Namespace) -> int:
+    try:
+        from banditflow.streams.gateway import GatewayError, GatewaySettings, run_gateway
+    except ModuleNotFoundError as exc:
+        print(f"banditflow gateway needs {exc.name}, which the gateway extra installs: "
+              "pip install 'banditflow[gateway]'", file=sys.stderr)
+        return 2
+
+    try:
+        return run_gateway(GatewaySettings(
+            args.kafka, args.prefix, args.host, args.port,
+            args.api_keys, args.tls_cert, args.tls_key, args.timeout, args.metrics_host,
+            args.metrics_port, Limits(args.max_event_bytes, args.max_labels, args.max_features),
+        ))
+    except (OSError, GatewayError) as exc:
+        print(f"banditflow gateway: {exc}", file=sys.stderr)
+        return 2
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from banditflow.streams.demo import run_demo
 
@@ -639,6 +706,48 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--dims", type=int, default=None,
                    help="dsjson: hashed features per action (default: 64)")
     p.set_defaults(func=cmd_ope)
+
+    p = sub.add_parser("learners", help="list, show, create or delete learner configs",
+                       description="Learner configs on the compacted learners topic. create "
+                       "checks the config as the worker would and refuses an invalid one with "
+                       "the reason (exit status 2), or an existing learner id.")
+    p.add_argument("action", choices=("list", "show", "create", "delete"))
+    p.add_argument("target", nargs="?", metavar="ID|FILE",
+                   help="show/delete: the learner id; create: a JSON config file")
+    _common_kafka(p)
+    p.set_defaults(func=cmd_learners)
+
+    p = sub.add_parser("gateway", help="serve decisions, feedback, truth and learner configs "
+                                       "over HTTP (needs the gateway extra)",
+                       description="The HTTP gateway: POST /v1/learners/{id}/decisions, "
+                       "/feedback, /truth; GET /v1/learners, GET|PUT|DELETE "
+                       "/v1/learners/{id}; GET /openapi.json; open: /healthz, /ready.")
+    _common_kafka(p)
+    p.add_argument("--host", default="127.0.0.1",
+                   help="bind address; anything but loopback needs --api-keys "
+                        "(default: %(default)s)")
+    p.add_argument("--port", type=int, default=8080, help="(default: %(default)s)")
+    p.add_argument("--api-keys", type=Path, default=None, metavar="FILE",
+                   help="one ROLE:TOKEN a line, ROLE decide (decisions, feedback, truth, "
+                        "reading configs) or admin (everything); clients send "
+                        "Authorization: Bearer TOKEN")
+    p.add_argument("--tls-cert", type=Path, default=None, help="serve HTTPS with this "
+                                                               "certificate (PEM)")
+    p.add_argument("--tls-key", type=Path, default=None, help="... and this key (PEM)")
+    p.add_argument("--timeout", type=float, default=10.0,
+                   help="seconds a decision request waits before 504 (default: %(default)s; "
+                        "a request's ?timeout= overrides it)")
+    p.add_argument("--metrics-host", default="127.0.0.1",
+                   help="bind address of /metrics (default: %(default)s)")
+    p.add_argument("--metrics-port", type=int, default=6067,
+                   help="port of the gateway's Prometheus /metrics (default: %(default)s)")
+    p.add_argument("--max-event-bytes", type=int, default=Limits.max_event_bytes,
+                   help="the worker's limits, checked before producing (default: %(default)s)")
+    p.add_argument("--max-labels", type=int, default=Limits.max_labels,
+                   help="(default: %(default)s)")
+    p.add_argument("--max-features", type=int, default=Limits.max_features,
+                   help="(default: %(default)s)")
+    p.set_defaults(func=cmd_gateway)
 
     p = sub.add_parser("schemas", help="check (default) or --write the published JSON Schemas")
     p.add_argument("--write", action="store_true")

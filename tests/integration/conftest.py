@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka import TopicPartition as AsyncTopicPartition
@@ -328,3 +329,52 @@ def read_topic(broker: EmbeddedBroker) -> Iterator[Callable[[str], TopicReader]]
     yield open_reader
     for reader in readers:
         reader.close()
+
+
+class Gateway:
+    """A ``banditflow gateway`` subprocess."""
+
+    def __init__(self, process: subprocess.Popen[bytes], url: str, metrics_port: int,
+                 log_path: Path) -> None:
+        self.process, self.url, self.metrics_port, self.log_path = (process, url, metrics_port,
+                                                                    log_path)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def gateway_command(bootstrap: str, prefix: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "banditflow.streams.cli", "gateway", "--bootstrap", bootstrap,
+            "--prefix", prefix, *args]
+
+
+@pytest.fixture
+def start_gateway(broker, tmp_path: Path) -> Iterator[Callable[..., Gateway]]:
+    """Factory: ``start_gateway(prefix, *options)`` -> a ready Gateway (its API on a free port,
+    its /metrics on another)."""
+    started: list[Gateway] = []
+
+    def start(prefix: str, *args: str, scheme: str = "http", verify: Any = True) -> Gateway:
+        port, metrics_port = free_port(), free_port()
+        log_path = tmp_path / f"gateway-{len(started)}.log"
+        with open(log_path, "ab") as log:
+            process = subprocess.Popen(
+                gateway_command(broker.bootstrap, prefix, "--port", str(port),
+                                "--metrics-port", str(metrics_port), *args),
+                stdout=log, stderr=subprocess.STDOUT)
+        gateway = Gateway(process, f"{scheme}://127.0.0.1:{port}", metrics_port, log_path)
+        started.append(gateway)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert process.poll() is None, gateway.log()
+            try:
+                if httpx.get(f"{gateway.url}/ready", verify=verify).status_code == 200:
+                    return gateway
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"the gateway did not get ready:\n{gateway.log()}")
+
+    yield start
+    for gateway in started:
+        stop(gateway.process)
