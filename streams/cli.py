@@ -492,7 +492,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="refuse a config larger than this (default: %(default)s, the worker's "
                         "default --max-event-bytes)")
     p.add_argument("--dims", type=int, default=None,
-                   help="dsjson: hashed features per action (default: 64)")
+                   help="dsjson: hashed slots of the shared and of each candidate's features "
+                        "(default: 16)")
     p.set_defaults(func=cmd_warm_start)
 
     p = sub.add_parser("import-log", help="turn a Vowpal Wabbit DSJSON or an Open Bandit "
@@ -505,7 +506,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--learner-id", default="imported",
                    help="the learner id the events are filed under (default: %(default)s)")
     p.add_argument("--dims", type=int, default=None,
-                   help="dsjson: hashed features per action (default: 64)")
+                   help="dsjson: hashed slots of the shared and of each candidate's features "
+                        "(default: 16)")
     p.set_defaults(func=cmd_import_log)
 
     p = sub.add_parser("ope", help="off-policy evaluation of target policies on a log: IPS, "
@@ -530,7 +532,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="cross-fitting folds of DR's reward model (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the folds (default: 0)")
     p.add_argument("--dims", type=int, default=None,
-                   help="dsjson: hashed features per action (default: 64)")
+                   help="dsjson: hashed slots of the shared and of each candidate's features "
+                        "(default: 16)")
     p.set_defaults(func=cmd_ope)
 
     p = sub.add_parser("schemas", help="check (default) or --write the published JSON Schemas")
