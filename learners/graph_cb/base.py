@@ -172,7 +172,7 @@ class GraphCBLearner(Learner):
         assert self.form is not None
         shared = self.form.shared(context.get("features"))
         offered = self.form.offered(context.get("actions"))
-        graph = self._event_graph(context.get("graph"), len(offered.ids))
+        graph = self.event_graph(context.get("graph"), len(offered.ids))
         fhat = self.oracle.predict(pair_features(shared, offered.features))
         output, pending = self._decided(fhat, graph, True, rng)
         output["action_id"] = offered.ids[output["action"]]
@@ -182,7 +182,7 @@ class GraphCBLearner(Learner):
             pending["graph"] = graph.tolist()
         return Decided(output=output, pending=pending)
 
-    def _event_graph(self, given: Any, candidates: int) -> np.ndarray:
+    def event_graph(self, given: Any, candidates: int) -> np.ndarray:
         """A candidate set's graph: the context's, else the ``graph_kind`` over its size."""
         if given is not None:
             return as_graph(given, candidates)
@@ -234,7 +234,7 @@ class GraphCBLearner(Learner):
         if self.form is not None:
             offered = Offered(list(pending["ids"]), np.asarray(pending["candidates"]))
             if pending.get("graph") is None:
-                graph = self._event_graph(None, len(offered.ids))
+                graph = self.event_graph(None, len(offered.ids))
         played = int(pending["action"])
         revealed: dict[int, float] = {}
         for key, value in losses.items():
