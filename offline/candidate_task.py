@@ -119,3 +119,31 @@ class CandidateTask:
                     else np.flatnonzero(request.graph[action] > 0).tolist())
         ids = [a["id"] for a in request.context["actions"]]
         return {ids[j]: float(request.losses[j]) for j in revealed}
+
+
+@dataclass
+class CandidateAnswers:
+    """The task as a simulated application answers it (``banditflow simulate --family
+    graph_cb --candidates``): the revealed losses keyed by item id, and as ground truth every
+    candidate's mean loss (the worker's exact regret: the expected loss of the decision's p
+    minus the best candidate's)."""
+
+    task: CandidateTask
+
+    def feedback(self, request: Request, output: dict[str, Any],
+                 rng: np.random.Generator) -> list[dict[str, Any]]:
+        return [{"losses": self.task.feedback(request, int(output["action"]))}]
+
+    def truth(self, request: Request, output: dict[str, Any]) -> dict[str, Any]:
+        return {"all_losses": {str(j): float(m) for j, m in enumerate(request.means)}}
+
+
+def candidate_traffic(events: int, seed: int) -> Any:
+    """``events`` requests of the task as a family's traffic
+    (:class:`banditflow.offline.environments.Traffic`), for ``banditflow simulate``."""
+    from banditflow.offline.environments import APPLICATIONS, Traffic
+
+    task = CandidateTask(seed=seed, rounds=events)
+    return Traffic(APPLICATIONS["graph_cb"], CandidateAnswers(task),
+                   lambda algorithm: {**task.params, "update": "rls"},
+                   [task.request(t) for t in range(events)])

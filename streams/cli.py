@@ -217,7 +217,11 @@ def run_kcat(kcat_args: list[str]) -> int:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from banditflow.streams.simulate import SimulationSettings, run_simulation
 
-    report = run_simulation(SimulationSettings.from_args(args))
+    try:
+        settings = SimulationSettings.from_args(args)
+    except ValueError as exc:
+        raise SystemExit(f"banditflow simulate: {exc}") from None
+    report = run_simulation(settings)
     print(report.render())
     return 0 if not report.timed_out and report.decided == report.expected else 1
 
