@@ -159,7 +159,8 @@ def rate(per_s: float) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| task | seed | tool | rounds | progressive loss | at 1k / 2k / 5k / 10k | regret "
-             "| late items' regret (rounds) | decisions/s |", "|---|---|---|---|---|---|---|---|---|"]
+             "| late items' regret (rounds) | decisions/s |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         for tool in ("vw", "banditflow_at_vw_rounds", "banditflow"):
             r = row[tool]
