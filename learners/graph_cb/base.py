@@ -54,7 +54,7 @@ from banditflow.learners.base import (
     check_unknown,
     require,
 )
-from banditflow.learners.graph_cb.candidates import CandidateForm, Offered, pair_features
+from banditflow.learners.graph_cb.candidates import CandidateForm, candidate_index, pair_features
 from banditflow.learners.graph_cb.graphs import as_graph, independence_number, named_graph
 from banditflow.learners.graph_cb.oracles import Oracle, build_oracle
 from banditflow.learners.graph_cb.schedules import GammaSchedule
@@ -213,7 +213,7 @@ class GraphCBLearner(Learner):
                 self.oracle.update(pending["features"], action, loss)
             else:  # only the revealed candidate's pair features
                 pair = pair_features(np.asarray(pending["features"], dtype=float),
-                                     np.asarray(pending["candidates"], dtype=float)[[action]])
+                                     np.asarray([pending["candidates"][action]], dtype=float))
                 self.oracle.update(pair, 0, loss)
         self.schedule.record_learn()
         metrics = {"revealed": float(len(revealed))}
@@ -230,23 +230,23 @@ class GraphCBLearner(Learner):
         if not isinstance(losses, Mapping):
             raise LearnerError("graph_cb feedback needs 'losses': {action index: loss}")
         graph = self.graph if pending.get("graph") is None else np.asarray(pending["graph"])
-        offered = None
+        ids = None
         if self.form is not None:
-            offered = Offered(list(pending["ids"]), np.asarray(pending["candidates"]))
+            ids = list(pending["ids"])
             if pending.get("graph") is None:
-                graph = self.event_graph(None, len(offered.ids))
+                graph = self.event_graph(None, len(ids))
         played = int(pending["action"])
         revealed: dict[int, float] = {}
         for key, value in losses.items():
-            if offered is not None:
-                action = offered.index(str(key))
+            if ids is not None:
+                action = candidate_index(ids, str(key))
             try:
                 loss = float(value)
-                if offered is None:
+                if ids is None:
                     action = int(key)
             except (TypeError, ValueError) as exc:
                 raise LearnerError(f"bad revealed loss {key!r}: {value!r}") from exc
-            if offered is None and not 0 <= action < self.actions:
+            if ids is None and not 0 <= action < self.actions:
                 raise ContradictingFeedback(
                     f"revealed action {action} is not in [0, {self.actions})"
                 )
@@ -255,9 +255,9 @@ class GraphCBLearner(Learner):
             if graph is not None and graph[played, action] <= 0.0:
                 raise ContradictingFeedback(
                     f"playing {played} cannot reveal action {action}"
-                    f"{'' if offered is None else f' ({offered.ids[action]!r})'} (G = 0)"
+                    f"{'' if ids is None else f' ({ids[action]!r})'} (G = 0)"
                 )
-            if offered is not None and action in revealed:
+            if ids is not None and action in revealed:
                 raise LearnerError(f"two losses for action {action} (by id and by index)")
             revealed[action] = loss
         return revealed

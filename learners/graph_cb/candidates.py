@@ -28,7 +28,7 @@ digits, the id wins).
 [[3.0, 6.0, 3.0, 1.0, 2.0], [5.0, 10.0, 5.0, 1.0, 2.0]]
 >>> form = CandidateForm(feature_dim=2, action_features=1, max_actions=3)
 >>> offered = form.offered([{"id": "x", "features": [3.0]}, {"id": "y", "features": [5.0]}])
->>> offered.ids, offered.index("y"), offered.index("0")
+>>> offered.ids, candidate_index(offered.ids, "y"), candidate_index(offered.ids, "0")
 (['x', 'y'], 1, 0)
 """
 
@@ -62,20 +62,21 @@ class Offered:
     ids: list[str]
     features: np.ndarray
 
-    def index(self, key: str) -> int:
-        """The position of the candidate a feedback key names: its id, else its index."""
-        if key in self.ids:
-            return self.ids.index(key)
-        try:
-            index = int(key)
-        except ValueError:
-            raise ContradictingFeedback(
-                f"revealed action {key!r} is neither an id nor an index of the event's "
-                f"{len(self.ids)} candidates") from None
-        if not 0 <= index < len(self.ids):
-            raise ContradictingFeedback(
-                f"revealed action {index} is not in [0, {len(self.ids)}) (the event's candidates)")
-        return index
+
+def candidate_index(ids: list[str], key: str) -> int:
+    """The position of the candidate a feedback key names: its id, else its index."""
+    if key in ids:
+        return ids.index(key)
+    try:
+        index = int(key)
+    except ValueError:
+        raise ContradictingFeedback(
+            f"revealed action {key!r} is neither an id nor an index of the event's "
+            f"{len(ids)} candidates") from None
+    if not 0 <= index < len(ids):
+        raise ContradictingFeedback(
+            f"revealed action {index} is not in [0, {len(ids)}) (the event's candidates)")
+    return index
 
 
 @dataclass(frozen=True)
@@ -134,14 +135,29 @@ class CandidateForm:
         for position, action in enumerate(actions):
             if not isinstance(action, Mapping) or not isinstance(action.get("id"), str):
                 raise LearnerError(f"actions[{position}] needs an 'id' (text) and 'features'")
+            features = action.get("features")
+            if (not isinstance(features, Sequence) or isinstance(features, str)
+                    or len(features) != self.action_features):
+                raise LearnerError(f"actions[{position}].features must be "
+                                   f"{self.action_features} numbers")
             ids.append(action["id"])
-            rows.append(_vector(action.get("features"), self.action_features,
-                                f"actions[{position}].features"))
+            rows.append(features)
+        # (one conversion for the whole set, the costly part of a decision; a failure is then
+        # traced to its candidate)
+        try:
+            matrix = np.array(rows, dtype=float)
+        except (TypeError, ValueError):
+            for position, features in enumerate(rows):
+                _vector(features, self.action_features, f"actions[{position}].features")
+            raise
+        finite = np.isfinite(matrix).all(axis=1)
+        if not finite.all():
+            raise LearnerError(f"actions[{int(np.argmin(finite))}].features must be finite")
         if len(set(ids)) != len(ids):
             repeated = sorted({i for i in ids if ids.count(i) > 1})
             raise LearnerError(f"candidate ids must be unique within an event; repeated: "
                                f"{', '.join(repeated[:5])}")
-        return Offered(ids, np.vstack(rows))
+        return Offered(ids, matrix)
 
 
 def _vector(values: Any, size: int, name: str) -> np.ndarray:
