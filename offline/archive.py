@@ -6,7 +6,11 @@ nothing else. A round is a decision of a family whose front door names the outpu
 the one action it plays (``played_action``; graph_cb's decisions also carry the full
 distribution ``p``, prob_graph's no propensity), or an imported decision (filed under
 graph_cb: ``action`` with ``p`` or only the played action's ``propensity``); each family
-names the feedback field revealing rewards or losses by action (``revealed``).
+names the feedback field revealing rewards or losses by action (``revealed``). A graph_cb
+context that offered its own candidates (``actions``) gives the round its candidates, and
+feedback keyed by a candidate's id counts for that candidate. An imported decision may carry
+``pdrop``, the share of events its logger dropped (DSJSON): each kept round then stands for
+1 / (1 - pdrop) rounds in the estimators.
 
 >>> records = [
 ...     {"topic": "contexts", "partition": 0, "offset": 0, "key": "r",
@@ -111,6 +115,8 @@ class LoggedRound:
     features: list[float] | list[list[float]] | None
     revealed: dict[int, float] = field(default_factory=dict)
     ts: float | None = None
+    candidates: list[dict[str, Any]] | None = None  # the context's own actions, if it had any
+    pdrop: float = 0.0  # the logger's drop probability: the round counts 1 / (1 - pdrop) times
 
 
 def _family(name: Any) -> Family | None:
@@ -125,16 +131,19 @@ def _played(declared: Family, output: Mapping[str, Any]) -> int | None:
     return action if isinstance(action, int) else None
 
 
-def _revealed_rewards(declared: Family, feedback: Mapping[str, Any]) -> dict[int, float]:
+def _revealed_rewards(declared: Family, feedback: Mapping[str, Any],
+                      ids: list[str]) -> dict[int, float]:
     """Rewards by action of one feedback (the family's ``revealed`` field, negated when it
-    holds losses)."""
+    holds losses); a key among the context's candidate ``ids`` is that candidate's, as the
+    learner reads it."""
     revealed: dict[int, float] = {}
     if declared.revealed is None:
         return revealed
     sign = -1.0 if declared.revealed_are_losses else 1.0
     for key, value in (feedback.get(declared.revealed) or {}).items():
         try:
-            revealed[int(key)] = sign * float(value)
+            action = ids.index(key) if key in ids else int(key)
+            revealed[action] = sign * float(value)
         except (TypeError, ValueError):
             continue
     return revealed
@@ -186,6 +195,11 @@ def joined_rounds(records: Iterable[Mapping[str, Any]]) -> list[LoggedRound]:
         action = None if declared is None else _played(declared, output)
         if declared is None or action is None:
             continue
+        context = contexts.get(key) or {}
+        candidates = context.get("actions")
+        if not isinstance(candidates, list):
+            candidates = None
+        ids = [str(c.get("id")) for c in candidates or [] if isinstance(c, Mapping)]
         p = output.get("p")
         if isinstance(p, list) and 0 <= action < len(p):
             propensity: float | None = float(p[action])
@@ -194,12 +208,13 @@ def joined_rounds(records: Iterable[Mapping[str, Any]]) -> list[LoggedRound]:
             p = None
             given = output.get("propensity")
             propensity = float(given) if isinstance(given, int | float) else None
-            actions = _config_actions(declared, configs.get(key[0]))
+            actions = (len(candidates) if candidates is not None
+                       else _config_actions(declared, configs.get(key[0])))
         revealed: dict[int, float] = {}
         for value in feedback.get(key, []):
-            for revealed_action, reward in _revealed_rewards(declared, value).items():
+            for revealed_action, reward in _revealed_rewards(declared, value, ids).items():
                 revealed.setdefault(revealed_action, reward)
-        context = contexts.get(key) or {}
+        pdrop = output.get("pdrop")
         rounds.append(LoggedRound(
             learner_id=key[0],
             event_id=key[1],
@@ -211,6 +226,8 @@ def joined_rounds(records: Iterable[Mapping[str, Any]]) -> list[LoggedRound]:
             features=context.get("features"),
             revealed=revealed,
             ts=context.get("ts", decision.get("context_ts")),
+            candidates=candidates,
+            pdrop=float(pdrop) if isinstance(pdrop, int | float) and 0.0 <= pdrop < 1.0 else 0.0,
         ))
     return rounds
 

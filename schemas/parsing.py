@@ -71,6 +71,8 @@ def describe(error: ValidationError) -> str:
 def _count_numbers(value: object) -> int:
     if isinstance(value, list):
         return sum(_count_numbers(v) for v in value)
+    if isinstance(value, dict):  # (a graph_cb candidate: its id and its features)
+        return sum(_count_numbers(v) for v in value.values())
     return 1
 
 

@@ -285,7 +285,11 @@ def run_kcat(kcat_args: list[str]) -> int:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from banditflow.streams.simulate import SimulationSettings, run_simulation
 
-    report = run_simulation(SimulationSettings.from_args(args))
+    try:
+        settings = SimulationSettings.from_args(args)
+    except ValueError as exc:
+        raise SystemExit(f"banditflow simulate: {exc}") from None
+    report = run_simulation(settings)
     print(report.render())
     return 0 if not report.timed_out and report.decided == report.expected else 1
 
@@ -665,7 +669,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="refuse a config larger than this (default: %(default)s, the worker's "
                         "default --max-event-bytes)")
     p.add_argument("--dims", type=int, default=None,
-                   help="dsjson: hashed features per action (default: 64)")
+                   help="dsjson: hashed slots of the shared and of each candidate's features "
+                        "(default: 16)")
     p.set_defaults(func=cmd_warm_start)
 
     p = sub.add_parser("import-log", help="turn a Vowpal Wabbit DSJSON or an Open Bandit "
@@ -678,7 +683,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--learner-id", default="imported",
                    help="the learner id the events are filed under (default: %(default)s)")
     p.add_argument("--dims", type=int, default=None,
-                   help="dsjson: hashed features per action (default: 64)")
+                   help="dsjson: hashed slots of the shared and of each candidate's features "
+                        "(default: 16)")
     p.set_defaults(func=cmd_import_log)
 
     p = sub.add_parser("ope", help="off-policy evaluation of target policies on a log: IPS, "
@@ -704,7 +710,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="cross-fitting folds of DR's reward model (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the folds (default: 0)")
     p.add_argument("--dims", type=int, default=None,
-                   help="dsjson: hashed features per action (default: 64)")
+                   help="dsjson: hashed slots of the shared and of each candidate's features "
+                        "(default: 16)")
     p.set_defaults(func=cmd_ope)
 
     p = sub.add_parser("learners", help="list, show, create or delete learner configs",

@@ -32,6 +32,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from banditflow.learners.base import Learner, Stats, add_stat
 from banditflow.learners.registry import learner_class
+from banditflow.offline.candidate_task import candidate_traffic
 from banditflow.offline.environments import APPLICATIONS, Traffic, traffic
 from banditflow.streams.connection import KafkaConnection
 from banditflow.streams.topics import Topics
@@ -55,6 +56,10 @@ def add_simulation_options(parser: argparse.ArgumentParser, family_default: str 
                         "candidate of its config, named after it, with the traffic's "
                         "parameters; live OPE, families whose decisions carry p: graph_cb); "
                         "repeatable")
+    parser.add_argument("--candidates", dest="candidate_sets", action="store_true",
+                        help="graph_cb: requests offering their own candidates (5-50 items of a "
+                             "1,000-item catalogue, with features), decided by learners with "
+                             "action_features (banditflow.offline.candidate_task)")
     parser.add_argument("--events", type=int, default=None,
                         help="contexts to send (per learner)")
     parser.add_argument("--rate", type=float, default=0.0,
@@ -88,6 +93,7 @@ class SimulationSettings:
     algorithm: str | None = None
     baseline: bool = False
     candidates: list[str] = field(default_factory=list)
+    candidate_sets: bool = False
     events: int | None = None
     rate: float = 0.0
     window: int = 200
@@ -98,6 +104,11 @@ class SimulationSettings:
     seed: int = 0
     timeout: float = 600.0
     workdir: Path = Path("runs/simulate")
+
+    def __post_init__(self) -> None:
+        if self.candidate_sets and self.family != "graph_cb":
+            raise ValueError("--candidates drives graph_cb learners (candidate sets), not "
+                             f"{self.family}")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> SimulationSettings:
@@ -240,7 +251,10 @@ def prepare(settings: SimulationSettings) -> tuple[Traffic, SimulationReport]:
     """The family's traffic and an empty report with one tally per driven learner."""
     application = APPLICATIONS[settings.family]
     events = settings.events or 3000
-    played = traffic(application, events, settings.seed, settings.workdir)
+    if settings.candidate_sets:
+        played = candidate_traffic(events, settings.seed)
+    else:
+        played = traffic(application, events, settings.seed, settings.workdir)
     algorithms = [("learner", settings.algorithm or application.learner)]
     if settings.baseline:
         algorithms.append(("baseline", application.baseline))
