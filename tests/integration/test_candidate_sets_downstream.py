@@ -38,7 +38,7 @@ def test_simulated_candidate_sets_archive_replay_ope_and_warm_start(
 ) -> None:
     start_worker(SOURCE, partitions=2)
     report = run_simulation(SimulationSettings(
-        bootstrap=broker.bootstrap, prefix=SOURCE, family="graph_cb", candidate_sets=True,
+        kafka=broker.connection, prefix=SOURCE, family="graph_cb", candidate_sets=True,
         baseline=True, events=EVENTS, window=40, delay_mean=0.05, seed=3, timeout=120))
     assert not report.timed_out and report.decided == 2 * EVENTS, report.render()
     learner, baseline = report.tallies

@@ -81,7 +81,7 @@ def test_a_reconfigured_learner_replays_faithfully_by_version(
     start_worker(source, partitions=2)
     for algorithm, count in (("epsilon_greedy", 30), ("squarecb_g", events)):
         (report,) = run_simulations([SimulationSettings(
-            bootstrap=broker.bootstrap, prefix=source, family="graph_cb", learner_id=lid,
+            kafka=broker.connection, prefix=source, family="graph_cb", learner_id=lid,
             algorithm=algorithm, events=count, window=20, delay_mean=0.05, seed=3, timeout=90,
             workdir=tmp_path / algorithm)])
         assert not report.timed_out and report.decided == count, report.render()

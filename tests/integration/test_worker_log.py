@@ -22,7 +22,7 @@ def test_ready_and_rebalance_lines_at_the_default_level(broker, start_worker, wa
     first = start_worker("quiet", partitions=4, extra_args=["--loglevel", "warning"])
     wait_until(lambda: "ready" in first.log(), timeout_s=30)
     ready = (rf"banditflow {re.escape(__version__)} worker ready: bootstrap "
-             rf"{re.escape(broker.bootstrap)}, group quiet, topics quiet\.\*, "
+             rf"{re.escape(broker.bootstrap)} \(PLAINTEXT\), group quiet, topics quiet\.\*, "
              rf"partitions \[0, 1, 2, 3\], metrics http://127\.0\.0\.1:{first.web_port}/metrics$")
     assert [line for line in lines(first.log()) if re.search(ready, line)], first.log()
 
