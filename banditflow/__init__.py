@@ -16,3 +16,16 @@ try:
     __version__ = version("banditflow")
 except PackageNotFoundError:  # a source tree that was never installed
     __version__ = "0+unknown"
+
+# The application's client, imported on first use (PEP 562): it needs aiokafka, which
+# `import banditflow.learners` (pure algorithms) must not pull in.
+_CLIENT = ("AsyncClient", "Client", "Decision", "DecisionTimeout", "Rejected")
+__all__ = ["__version__", *_CLIENT]
+
+
+def __getattr__(name: str) -> object:
+    if name in _CLIENT:
+        from banditflow.streams import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module 'banditflow' has no attribute {name!r}")

@@ -163,12 +163,14 @@ class Learner(ABC):
 @dataclass(frozen=True)
 class LoggedExample:
     """A logged round as warm start sees it: the context's features, the played action, its
-    reward, and every reward the feedback revealed, by action."""
+    reward, every reward the feedback revealed, by action, and the candidates it offered."""
 
-    features: list[float] | list[list[float]]
+    features: list[float] | list[list[float]] | None
     action: int
     reward: float
     revealed: Mapping[int, float]
+    candidates: list[Mapping[str, Any]] | None = None
+    """The event's candidates (``{"id", "features"}``) when it offered its own."""
 
 
 Stats = dict[str, float]

@@ -6,7 +6,11 @@ nothing else. A round is a decision of a family whose front door names the outpu
 the one action it plays (``played_action``; graph_cb's decisions also carry the full
 distribution ``p``, prob_graph's no propensity), or an imported decision (filed under
 graph_cb: ``action`` with ``p`` or only the played action's ``propensity``); each family
-names the feedback field revealing rewards or losses by action (``revealed``).
+names the feedback field revealing rewards or losses by action (``revealed``). A graph_cb
+context that offered its own candidates (``actions``) gives the round its candidates, and
+feedback keyed by a candidate's id counts for that candidate. An imported decision may carry
+``pdrop``, the share of events its logger dropped (DSJSON): each kept round then stands for
+1 / (1 - pdrop) rounds in the estimators.
 
 >>> records = [
 ...     {"topic": "contexts", "partition": 0, "offset": 0, "key": "r",
@@ -111,6 +115,8 @@ class LoggedRound:
     features: list[float] | list[list[float]] | None
     revealed: dict[int, float] = field(default_factory=dict)
     ts: float | None = None
+    candidates: list[dict[str, Any]] | None = None  # the context's own actions, if it had any
+    pdrop: float = 0.0  # the logger's drop probability: the round counts 1 / (1 - pdrop) times
 
 
 def _family(name: Any) -> Family | None:
@@ -125,16 +131,19 @@ def _played(declared: Family, output: Mapping[str, Any]) -> int | None:
     return action if isinstance(action, int) else None
 
 
-def _revealed_rewards(declared: Family, feedback: Mapping[str, Any]) -> dict[int, float]:
+def _revealed_rewards(declared: Family, feedback: Mapping[str, Any],
+                      ids: list[str]) -> dict[int, float]:
     """Rewards by action of one feedback (the family's ``revealed`` field, negated when it
-    holds losses)."""
+    holds losses); a key among the context's candidate ``ids`` is that candidate's, as the
+    learner reads it."""
     revealed: dict[int, float] = {}
     if declared.revealed is None:
         return revealed
     sign = -1.0 if declared.revealed_are_losses else 1.0
     for key, value in (feedback.get(declared.revealed) or {}).items():
         try:
-            revealed[int(key)] = sign * float(value)
+            action = ids.index(key) if key in ids else int(key)
+            revealed[action] = sign * float(value)
         except (TypeError, ValueError):
             continue
     return revealed
@@ -186,6 +195,11 @@ def joined_rounds(records: Iterable[Mapping[str, Any]]) -> list[LoggedRound]:
         action = None if declared is None else _played(declared, output)
         if declared is None or action is None:
             continue
+        context = contexts.get(key) or {}
+        candidates = context.get("actions")
+        if not isinstance(candidates, list):
+            candidates = None
+        ids = [str(c.get("id")) for c in candidates or [] if isinstance(c, Mapping)]
         p = output.get("p")
         if isinstance(p, list) and 0 <= action < len(p):
             propensity: float | None = float(p[action])
@@ -194,12 +208,13 @@ def joined_rounds(records: Iterable[Mapping[str, Any]]) -> list[LoggedRound]:
             p = None
             given = output.get("propensity")
             propensity = float(given) if isinstance(given, int | float) else None
-            actions = _config_actions(declared, configs.get(key[0]))
+            actions = (len(candidates) if candidates is not None
+                       else _config_actions(declared, configs.get(key[0])))
         revealed: dict[int, float] = {}
         for value in feedback.get(key, []):
-            for revealed_action, reward in _revealed_rewards(declared, value).items():
+            for revealed_action, reward in _revealed_rewards(declared, value, ids).items():
                 revealed.setdefault(revealed_action, reward)
-        context = contexts.get(key) or {}
+        pdrop = output.get("pdrop")
         rounds.append(LoggedRound(
             learner_id=key[0],
             event_id=key[1],
@@ -211,6 +226,119 @@ def joined_rounds(records: Iterable[Mapping[str, Any]]) -> list[LoggedRound]:
             features=context.get("features"),
             revealed=revealed,
             ts=context.get("ts", decision.get("context_ts")),
+            candidates=candidates,
+            pdrop=float(pdrop) if isinstance(pdrop, int | float) and 0.0 <= pdrop < 1.0 else 0.0,
         ))
     return rounds
 
+
+
+def record_learner(record: Mapping[str, Any]) -> str | None:
+    """The learner id of an archived record (its value's, else its key)."""
+    value = record.get("value")
+    if isinstance(value, Mapping) and value.get("learner_id") is not None:
+        return str(value["learner_id"])
+    return record.get("key")
+
+
+def _config_signature(config: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What makes a new learner version (the worker keeps the version when only timeouts or
+    candidates change)."""
+    return tuple(json.dumps(config.get(k), sort_keys=True)
+                 for k in ("family", "algorithm", "params", "seed"))
+
+
+@dataclass
+class VersionSelection:
+    """The records of one version of one learner, and what was left out."""
+
+    records: list[dict[str, Any]]
+    learner_id: str
+    version: int | None  # None: the archive holds no decision of the learner
+    decisions: dict[int, int]  # decisions per version (all versions found)
+
+    def note(self) -> str:
+        """One line saying which version was chosen and which were left out."""
+        if self.version is None:
+            return f"learner {self.learner_id!r}: no decisions in the log"
+        others = [f"version {v} ({n:,} decision{'s' * (n != 1)})"
+                  for v, n in sorted(self.decisions.items()) if v != self.version]
+        chosen = self.decisions[self.version]
+        text = (f"learner {self.learner_id!r}: version {self.version} "
+                f"({chosen:,} decision{'s' * (chosen != 1)})")
+        if others:
+            text += f"; left out {', '.join(others)} (--learner-version chooses)"
+        return text
+
+
+def select_version(records: Iterable[dict[str, Any]], learner_id: str,
+                   version: int | None = None) -> VersionSelection:
+    """The records of ``learner_id``'s learner ``version`` (default: the latest with a
+    decision): its decisions, the contexts, feedback, truth and dead letters of their event
+    ids, and the configs that made or kept that version. A reconfigured learner (same id, a
+    new family, algorithm, params or seed) starts a new version; its decisions carry
+    ``learner_version``, the other records are told by their event id.
+
+    >>> records = [
+    ...     {"topic": "learners", "key": "r", "value": {"learner_id": "r", "algorithm": "a"}},
+    ...     {"topic": "contexts", "key": "r", "value": {"learner_id": "r", "event_id": "e1"}},
+    ...     {"topic": "decisions", "key": "r",
+    ...      "value": {"learner_id": "r", "event_id": "e1", "learner_version": 1}},
+    ...     {"topic": "learners", "key": "r", "value": {"learner_id": "r", "algorithm": "b"}},
+    ...     {"topic": "contexts", "key": "r", "value": {"learner_id": "r", "event_id": "e2"}},
+    ...     {"topic": "decisions", "key": "r",
+    ...      "value": {"learner_id": "r", "event_id": "e2", "learner_version": 2}},
+    ... ]
+    >>> chosen = select_version(records, "r")
+    >>> [(r["topic"], r["value"].get("event_id")) for r in chosen.records]
+    [('learners', None), ('contexts', 'e2'), ('decisions', 'e2')]
+    >>> for part in chosen.note().split("; "):
+    ...     print(part)
+    learner 'r': version 2 (1 decision)
+    left out version 1 (1 decision) (--learner-version chooses)
+    """
+    mine = [r for r in records if record_learner(r) == learner_id]
+    events: dict[int, set[str]] = {}
+    for record in mine:
+        value = record.get("value")
+        if record.get("topic") == "decisions" and isinstance(value, Mapping):
+            given = value.get("learner_version")
+            if isinstance(given, int):
+                events.setdefault(given, set()).add(str(value.get("event_id")))
+    decisions = {v: len(e) for v, e in events.items()}
+    if not events:
+        if version is not None:
+            raise ArchiveError(f"learner {learner_id!r} has no decisions in the log")
+        return VersionSelection(mine, learner_id, None, decisions)
+    chosen = max(events) if version is None else version
+    if chosen not in events:
+        raise ArchiveError(
+            f"learner {learner_id!r} has no version {chosen} in the log (versions with "
+            f"decisions: {', '.join(map(str, sorted(events)))})")
+    # Number the configs as the worker does; an archive that starts mid-history (without
+    # --from-beginning) is aligned on its last config making the latest version.
+    configs = [r for r in mine if r.get("topic") == "learners"]
+    numbers: list[int] = []
+    count, previous = 0, None
+    for record in configs:
+        value = record.get("value")
+        signature = _config_signature(value) if isinstance(value, Mapping) else None
+        if signature is not None and signature != previous:
+            count += 1
+        previous = signature
+        numbers.append(count)
+    shift = max(events) - count
+    config_ids = {id(r) for r, n in zip(configs, numbers, strict=True) if n + shift == chosen}
+    wanted = events[chosen]
+    kept = []
+    for record in mine:
+        value = record.get("value")
+        if record.get("topic") == "learners":
+            keep = id(record) in config_ids
+        elif record.get("topic") == "decisions":
+            keep = isinstance(value, Mapping) and value.get("learner_version") == chosen
+        else:
+            keep = isinstance(value, Mapping) and str(value.get("event_id")) in wanted
+        if keep:
+            kept.append(record)
+    return VersionSelection(kept, learner_id, chosen, decisions)

@@ -40,9 +40,11 @@ def warm_config(config: LearnerConfig, rounds: Sequence[LoggedRound]
     """``config`` with parameters trained on ``rounds`` (see the module docstring), and the
     number of rounds it was trained on."""
     examples = [
-        LoggedExample(round_.features, round_.action, round_.reward, round_.revealed)
+        LoggedExample(round_.features, round_.action, round_.reward, round_.revealed,
+                      round_.candidates)
         for round_ in rounds
-        if round_.reward is not None and round_.features is not None
+        if round_.reward is not None
+        and (round_.features is not None or round_.candidates is not None)
     ]
     try:
         params = learner_class(config.family, config.algorithm).warm_params(

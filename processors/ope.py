@@ -37,11 +37,12 @@ feedback comes, every policy's sums take the round, and the candidates learn
 explore_eval-style (:func:`explore_eval_acceptance`, as
 :mod:`banditflow.offline.ope.learning_policy`
 does offline, with a fixed bound per candidate, ``explore_eval_bound``). The reward model is
-a per-action ridge regression on the context's feature vector, updated only when a round's
-feedback arrives, so each round's direct and modelled terms come from earlier rounds
-(progressive validation: the streaming form of cross-fitting). The logged policy itself is
-scored the same way (``policy="logged"``, weight 1 with bandit feedback unless clipped) as
-the on-policy reference.
+a per-action ridge regression on the context's feature vector (for a learner of candidate
+sets, ``action_features``: one ridge regression on each candidate's pair features), updated
+only when a round's feedback arrives, so each round's direct and modelled terms come from
+earlier rounds (progressive validation: the streaming form of cross-fitting). The logged
+policy itself is scored the same way (``policy="logged"``, weight 1 with bandit feedback
+unless clipped) as the on-policy reference.
 
 >>> import numpy as np
 >>> sums = Sums.of(np.array([2.0, 0.0, 2.0, 0.0]), np.array([1.0, 0.0, 0.5, 1.0]))
@@ -68,6 +69,7 @@ import numpy as np
 
 from banditflow.learners.base import JSON, Learner, LearnerError, check_state_size
 from banditflow.learners.family import Family
+from banditflow.learners.graph_cb.candidates import CandidateForm, pair_features
 from banditflow.learners.registry import learner_class, make_learner
 from banditflow.processors.redo import LazyGenerator, call_logged
 
@@ -290,10 +292,21 @@ def _unit_draw(seed: int, name: str, event_id: str) -> float:
 
 
 def model_features(params: Mapping[str, Any]) -> int:
-    """The reward model's feature count for a learner's ``params``: its ``feature_dim`` up to
-    :data:`MODEL_MAX_FEATURES`, else 0 (intercept only)."""
+    """The reward model's feature count for a learner's ``params``: its ``feature_dim`` (a
+    learner of candidate sets: its pair features' length) up to :data:`MODEL_MAX_FEATURES`,
+    else 0 (intercept only)."""
     dim = params.get("feature_dim")
+    action_features = params.get("action_features")
+    if isinstance(action_features, int):
+        shared = dim if isinstance(dim, int) else 0
+        dim = shared * action_features + action_features + shared
     return dim if isinstance(dim, int) and 0 < dim <= MODEL_MAX_FEATURES else 0
+
+
+def _form(learner: Learner) -> CandidateForm | None:
+    """The learner's candidate-set form (graph_cb's ``action_features``), if it has one."""
+    form = getattr(learner, "form", None)
+    return form if isinstance(form, CandidateForm) else None
 
 
 class RewardModel:
@@ -425,23 +438,27 @@ class Round(NamedTuple):
     """What a decision keeps for live OPE until its feedback (a list in the state log)."""
 
     index: int  # the learner's decision number (counted from 0)
-    inputs: list[float]  # the reward model's input
+    # the reward model's input; of a candidate set, one per revealed candidate
+    inputs: list[float] | list[list[float]]
     action: int
     revealed: list[int]  # the actions whose loss the played one reveals (its graph row)
     modelled: list[float]  # q(x, j) of each
     logged: Scored  # the logged policy's part
     terms: dict[str, Scored]  # each candidate's
+    revealed_ids: list[str] | None = None  # of a candidate set: the revealed candidates' ids
 
     def to_json(self) -> list[Any]:
-        return [self.index, self.inputs, self.action, self.revealed, self.modelled,
+        data = [self.index, self.inputs, self.action, self.revealed, self.modelled,
                 list(self.logged), {name: list(scored) for name, scored in self.terms.items()}]
+        return data if self.revealed_ids is None else [*data, self.revealed_ids]
 
     @classmethod
     def from_json(cls, data: list[Any]) -> Round:
-        if len(data) == 7 and isinstance(data[3], list):
-            index, inputs, action, revealed, modelled, logged, terms = data
+        if len(data) in (7, 8) and isinstance(data[3], list):
+            index, inputs, action, revealed, modelled, logged, terms, *ids = data
             return cls(index, inputs, action, revealed, modelled, Scored(*logged),
-                       {name: Scored(*scored) for name, scored in terms.items()})
+                       {name: Scored(*scored) for name, scored in terms.items()},
+                       ids[0] if ids else None)
         # a decision of the first live OPE logs (bandit only: the played action's weight)
         index, inputs, action, weight, direct, modelled, terms = data
         return cls(index, inputs, action, [action], [modelled], Scored([weight], direct),
@@ -484,7 +501,8 @@ def _interface(learner: Learner, params: Mapping[str, Any]) -> tuple[Any, ...]:
     actions, the features it reads and the feedback graph."""
     graph = getattr(learner, "graph", None)
     return (getattr(learner, "actions", None), params.get("feature_dim"),
-            params.get("feature_layout"), None if graph is None else np.asarray(graph).tolist())
+            params.get("feature_layout"), params.get("action_features"),
+            None if graph is None else np.asarray(graph).tolist())
 
 
 def _graph(fields: Mapping[str, Any], learner: Learner, actions: int) -> np.ndarray:
@@ -556,9 +574,11 @@ class LiveOPE:
             if _interface(built[name], candidate["params"]) != interface:
                 raise CandidateError(
                     f"candidate {name!r}: its actions, feature_dim, feature_layout and feedback "
-                    "graph must be the learner's, for it is scored on the learner's rounds")
+                    "graph (or action_features) must be the learner's, for it is scored on the "
+                    "learner's rounds")
             numbers += state_numbers(built[name])
-        numbers += RewardModel.numbers(int(actions or 0), model_features(params))
+        numbers += RewardModel.numbers(1 if _form(learner) else int(actions or 0),
+                                       model_features(params))
         try:
             check_state_size(numbers, "the learner with its candidates and reward model")
         except LearnerError as exc:
@@ -581,7 +601,8 @@ class LiveOPE:
             kept[name] = (old if old is not None and old.config == config
                           else Candidate(declared.name, config, decisions, learners[name]))
         if previous is None or previous.model is None:
-            model = RewardModel(int(learner.actions), model_features(params))
+            model = RewardModel(1 if _form(learner) else int(learner.actions),
+                                model_features(params))
             if previous is None:
                 return cls(declared.name, decisions, kept, model=model)
         else:
@@ -599,13 +620,25 @@ class LiveOPE:
         action = int(output[declared.played_action])
         p = np.asarray(output["p"], dtype=float)
         model = self.model
-        if model is None or model.actions != len(p):
+        form = _form(learner)
+        if model is None or model.actions != (1 if form else len(p)):
             return None
         graph = _graph(fields, learner, len(p))
+        if form is not None and fields.get("graph") is None:  # (its graph_kind, over the set)
+            graph = learner.event_graph(None, len(p))  # type: ignore[attr-defined]
         chances = reveal_chances(p, graph)
         revealed = [int(j) for j in np.flatnonzero(graph[action] > 0)]
-        inputs = model.inputs(fields.get("features"))
-        q = model.predict(inputs)
+        revealed_ids = None
+        if form is None:
+            inputs: list[float] | list[list[float]] = model.inputs(fields.get("features"))
+            q = model.predict(inputs)
+        else:  # one input per candidate: its pair features
+            offered = form.offered(fields.get("actions"))
+            rows = [model.inputs(row) for row in pair_features(
+                form.shared(fields.get("features")), offered.features).tolist()]
+            q = np.array([model.predict(row)[0] for row in rows])
+            inputs = [rows[j] for j in revealed]
+            revealed_ids = [offered.ids[j] for j in revealed]
         mu = max(float(p[action]), MIN_PROPENSITY)
         terms: dict[str, Scored] = {}
         for name, candidate in self.candidates.items():
@@ -629,7 +662,7 @@ class LiveOPE:
                                  float(target @ q), decided.pending if learns else None)
         logged = Scored([float(p[j] / chances[j]) for j in revealed], float(p @ q))
         return Round(index, inputs, action, revealed, [float(q[j]) for j in revealed], logged,
-                     terms)
+                     terms, revealed_ids)
 
     def observe(self, declared: Family, recorded: Round, feedback: Mapping[str, Any]) -> None:
         """A decision's feedback (applied to the live learner): each policy's sums take the
@@ -638,17 +671,22 @@ class LiveOPE:
         assert declared.revealed is not None
         if recorded.index < self.started or self.model is None:
             return  # decided under an evaluation since dropped (every candidate removed)
-        # (keys as the learner parsed them: "01" is action 1)
-        values = {int(key): value for key, value in (feedback.get(declared.revealed)
-                                                     or {}).items()}
+        # (keys as the learner parsed them: "01" is action 1, a candidate's id that candidate;
+        # a key naming an unrevealed candidate was refused by the learner before)
+        ids = recorded.revealed_ids or []
+        values = {recorded.revealed[ids.index(key)] if key in ids else int(key): value
+                  for key, value in (feedback.get(declared.revealed) or {}).items()}
         if any(j not in values for j in recorded.revealed):
             return
         sign = -1.0 if declared.revealed_are_losses else 1.0
         rewards = [sign * float(values[j]) for j in recorded.revealed]
         # (first: the round's terms are computed already, and a failure here leaves no sum
         # half-updated)
-        for j, reward in zip(recorded.revealed, rewards, strict=True):
-            self.model.update(recorded.inputs, j, reward)
+        for position, (j, reward) in enumerate(zip(recorded.revealed, rewards, strict=True)):
+            if recorded.revealed_ids is None:
+                self.model.update(recorded.inputs, j, reward)  # type: ignore[arg-type]
+            else:  # (one model over pair features: candidate j's own input)
+                self.model.update(recorded.inputs[position], 0, reward)  # type: ignore[arg-type]
         residuals = [r - q for r, q in zip(rewards, recorded.modelled, strict=True)]
 
         def add(sums: Sums, scored: Scored) -> tuple[float, float]:

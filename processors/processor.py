@@ -189,7 +189,8 @@ class Processor:
         try:
             record = parse_event(raw, model, self.limits)
         except Rejected as rejected:
-            self._dead(out, rejected.reason, rejected.detail, raw, source, now)
+            self._dead(out, rejected.reason, rejected.detail, raw, source, now,
+                       rejected.learner_id, rejected.event_id)
             return None
         if self.expected_partition is not None:
             expected = self.expected_partition(record.learner_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -28,10 +29,33 @@ class Limits:
 class Rejected(Exception):
     """A record that cannot be used: ``reason`` is a stable code, ``detail`` explains."""
 
-    def __init__(self, reason: str, detail: str) -> None:
+    def __init__(self, reason: str, detail: str, learner_id: str | None = None,
+                 event_id: str | None = None) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+        # Of a record that parsed as a JSON object, what it said it was (for the dead letter).
+        self.learner_id = learner_id
+        self.event_id = event_id
+
+
+def said_identity(raw: bytes) -> tuple[str | None, str | None]:
+    """The ``learner_id`` and ``event_id`` a record that failed validation carries, when it
+    is a JSON object and they are strings: its dead letter names them.
+
+    >>> said_identity(b'{"learner_id": "shop", "event_id": "q1", "scores": "high"}')
+    ('shop', 'q1')
+    >>> said_identity(b'{"learner_id": 7}'), said_identity(b'[1]')
+    ((None, None), (None, None))
+    """
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None, None
+    if not isinstance(value, dict):
+        return None, None
+    lid, eid = value.get("learner_id"), value.get("event_id")
+    return (lid if isinstance(lid, str) else None), (eid if isinstance(eid, str) else None)
 
 
 def describe(error: ValidationError) -> str:
@@ -47,6 +71,8 @@ def describe(error: ValidationError) -> str:
 def _count_numbers(value: object) -> int:
     if isinstance(value, list):
         return sum(_count_numbers(v) for v in value)
+    if isinstance(value, dict):  # (a graph_cb candidate: its id and its features)
+        return sum(_count_numbers(v) for v in value.values())
     return 1
 
 
@@ -60,18 +86,22 @@ def parse_event(raw: bytes, model: type[T], limits: Limits) -> T:
     try:
         record = model.model_validate_json(raw)
     except ValidationError as exc:
-        raise Rejected(*_reason(exc)) from None
+        reason, detail = _reason(exc)
+        said = said_identity(raw) if reason != "malformed_json" else (None, None)
+        raise Rejected(reason, detail, *said) from None
     for name, limit in SIZED.items():
         value = getattr(record, name, None)
         if value is None:
             continue
+        said = record.learner_id, getattr(record, "event_id", None)
         if limit == "max_labels" and len(value) > limits.max_labels:
             raise Rejected(
-                "oversize", f"{len(value)} {name} exceeds the limit of {limits.max_labels}"
+                "oversize", f"{len(value)} {name} exceeds the limit of {limits.max_labels}", *said
             )
         if limit == "max_features" and _count_numbers(value) > limits.max_features:
             raise Rejected(
-                "oversize", f"'{name}' has more than {limits.max_features} numbers (--max-features)"
+                "oversize", f"'{name}' has more than {limits.max_features} numbers "
+                "(--max-features)", *said
             )
     return record
 

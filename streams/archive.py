@@ -23,6 +23,7 @@ from kafka import KafkaConsumer, TopicPartition
 
 from banditflow.offline.archive import ArchiveWriter
 from banditflow.schemas.archive import ARCHIVED_TOPICS
+from banditflow.streams.connection import KafkaConnection
 from banditflow.streams.topics import TopicError, Topics
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ArchiveSettings:
-    bootstrap: str
+    kafka: KafkaConnection
     prefix: str
     out: Path
     from_beginning: bool = False
@@ -66,7 +67,7 @@ def run_archive(settings: ArchiveSettings,
     topics = Topics(settings.prefix)
     kinds = {f"{settings.prefix}.{kind}": kind for kind in ARCHIVED_TOPICS}
     # (a position the broker no longer has restarts at its earliest record, never its end)
-    consumer = KafkaConsumer(bootstrap_servers=settings.bootstrap, group_id=None,
+    consumer = KafkaConsumer(**settings.kafka.kafka_python_kwargs(), group_id=None,
                              enable_auto_commit=False, auto_offset_reset="earliest")
     stopping = False
 
@@ -82,7 +83,8 @@ def run_archive(settings: ArchiveSettings,
             for partition in sorted(consumer.partitions_for_topic(name) or ())
         ]
         if not assigned:
-            raise TopicError(f"no topics of prefix {topics.prefix!r} at {settings.bootstrap}")
+            raise TopicError(
+                f"no topics of prefix {topics.prefix!r} at {settings.kafka.describe()}")
         consumer.assign(assigned)
         if settings.from_beginning:
             consumer.seek_to_beginning(*assigned)

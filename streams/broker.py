@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import logging
 import os
 import signal
 import socket
@@ -14,6 +15,8 @@ from pathlib import Path
 from types import TracebackType
 
 from kafka.errors import KafkaError
+
+from banditflow.streams.connection import KafkaConnection, as_connection, diagnose
 
 
 class BrokerError(RuntimeError):
@@ -57,29 +60,78 @@ def port_open(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
-def wait_for_broker(bootstrap: str, timeout_s: float = 30.0) -> None:
-    """Block until the broker answers a metadata request."""
+def wait_for_broker(kafka: KafkaConnection | str, timeout_s: float = 30.0) -> None:
+    """Block until the broker answers a metadata request. A cause that waiting cannot cure
+    (a certificate either side refuses, TLS against a plaintext listener or the reverse,
+    SASL credentials the broker refuses) fails at once, in one line naming it."""
     from kafka import KafkaAdminClient
+    from kafka.errors import (
+        IllegalSaslStateError,
+        SaslAuthenticationFailedError,
+        UnsupportedSaslMechanismError,
+    )
 
+    connection = as_connection(kafka)
     deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=2000)
-            admin.list_topics()
-            admin.close()
-            return
-        except (KafkaError, OSError) as exc:
-            last = exc
-            time.sleep(0.2)
-    raise BrokerError(f"no Kafka broker answered at {bootstrap} within {timeout_s:.0f}s: {last}")
+    while True:
+        # The transport first: the clients only log a refused certificate or a protocol
+        # mismatch, and retry it until their own timeouts.
+        cause = diagnose(connection)
+        if cause is not None and not cause.transient:
+            raise BrokerError(cause.text)
+        if cause is None:
+            failures = _BootstrapFailures()
+            logging.getLogger("kafka.net.manager").addHandler(failures)
+            try:
+                admin = KafkaAdminClient(**connection.kafka_python_kwargs(),
+                                         request_timeout_ms=2000, bootstrap_timeout_ms=5000)
+                admin.list_topics()
+                admin.close()
+                return
+            except (SaslAuthenticationFailedError, UnsupportedSaslMechanismError,
+                    IllegalSaslStateError) as exc:
+                raise BrokerError(f"{connection.describe()}: the broker refused the SASL "
+                                  f"credentials: {exc}") from None
+            except (KafkaError, OSError) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+                if connection.sasl and failures.last:
+                    # The transport answered (diagnose), the client could not get past
+                    # authentication: some brokers (the embedded one) just close the
+                    # connection on credentials they refuse, so the client cannot say more.
+                    raise BrokerError(
+                        f"{connection.describe()}: the broker refused the SASL credentials "
+                        f"(it answers Kafka requests, but ended the {connection.sasl_mechanism} "
+                        f"exchange: {failures.last}); check sasl.mechanism, sasl.username and "
+                        "sasl.password") from None
+            finally:
+                logging.getLogger("kafka.net.manager").removeHandler(failures)
+        else:
+            last = cause.text
+        if time.monotonic() >= deadline:
+            raise BrokerError(f"no Kafka broker answered at {connection.describe()} within "
+                              f"{timeout_s:.0f}s: {last}")
+        time.sleep(0.2)
 
 
-def is_tansu(bootstrap: str) -> bool:
-    """Whether the broker at ``bootstrap`` is Tansu (its cluster ids start with "tansu")."""
+class _BootstrapFailures(logging.Handler):
+    """Keeps the last bootstrap failure kafka-python logs (it raises only a timeout)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.last = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "failed:" in message:
+            self.last = message.split("failed:", 1)[1].strip()
+
+
+def is_tansu(kafka: KafkaConnection | str) -> bool:
+    """Whether the broker is Tansu (its cluster ids start with "tansu")."""
     from kafka import KafkaAdminClient
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+    admin = KafkaAdminClient(**as_connection(kafka).kafka_python_kwargs(),
+                             request_timeout_ms=5000)
     try:
         return str(admin.describe_cluster().get("cluster_id") or "").startswith("tansu")
     finally:
@@ -95,21 +147,32 @@ class EmbeddedBroker:
     """
 
     def __init__(
-        self, host: str = "127.0.0.1", port: int = 9092, log_path: Path | None = None
+        self, host: str = "127.0.0.1", port: int = 9092, log_path: Path | None = None,
+        advertised: KafkaConnection | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.log_path = log_path
+        # How clients reach it when that is not its own listener: a TLS terminator in front
+        # (the broker advertises that address, so clients come back through it).
+        self.advertised = advertised
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
+    def connection(self) -> KafkaConnection:
+        """How clients connect to it."""
+        return self.advertised or KafkaConnection(f"{self.host}:{self.port}")
+
+    @property
     def bootstrap(self) -> str:
-        return f"{self.host}:{self.port}"
+        return self.connection.bootstrap
 
     def start(self) -> EmbeddedBroker:
         if port_open(self.host, self.port):
             raise BrokerError(f"port {self.port} is already in use; pick another with --port")
         url = f"tcp://{self.host}:{self.port}"
+        host, port = self.connection.servers()[0]
+        advertised = f"tcp://{host}:{port}"
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         self.process = subprocess.Popen(
             [
@@ -118,7 +181,7 @@ class EmbeddedBroker:
                 "--listener-url",
                 url,
                 "--advertised-listener-url",
-                url,
+                advertised,
                 "--storage-engine",
                 "memory://tansu/",
             ],
@@ -131,7 +194,7 @@ class EmbeddedBroker:
             ),
         )
         try:
-            wait_for_broker(self.bootstrap)
+            wait_for_broker(self.connection)
         except BrokerError:
             self.stop()
             raise

@@ -5,7 +5,8 @@ Commands: ``broker`` (embedded Kafka-protocol broker), ``worker`` (the worker),
 ``schemas`` (write or check the published JSON Schemas), ``archive`` (topics into a JSONL
 archive), ``replay`` (an archive back into topics), ``import-log`` (DSJSON / OBP logs into an
 archive), ``ope`` (off-policy evaluation), ``warm-start`` (a learner trained on a log,
-published) and ``kcat`` (Debian's kcat with a librdkafka that speaks to every broker
+published), ``learners`` (list, show, create, delete learner configs), ``gateway`` (the HTTP
+gateway) and ``kcat`` (Debian's kcat with a librdkafka that speaks to every broker
 banditflow supports).
 """
 
@@ -19,23 +20,50 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-DEFAULT_BOOTSTRAP = os.environ.get("BANDITFLOW_BOOTSTRAP", "127.0.0.1:9092")
+from banditflow.schemas import Limits
+
+
+def add_kafka_connection(parser: argparse.ArgumentParser, bootstrap_help: str | None = None
+                         ) -> None:
+    """``--bootstrap`` and ``--kafka-config``: where the brokers are and how to talk to them
+    (resolved in :func:`main` into ``args.kafka``)."""
+    parser.add_argument(
+        "--bootstrap",
+        default=os.environ.get("BANDITFLOW_BOOTSTRAP"),
+        help=bootstrap_help or "Kafka bootstrap servers (default: bootstrap.servers of "
+        "--kafka-config, else 127.0.0.1:9092; env BANDITFLOW_BOOTSTRAP)",
+    )
+    parser.add_argument(
+        "--kafka-config",
+        type=Path,
+        default=os.environ.get("BANDITFLOW_KAFKA_CONFIG"),
+        metavar="FILE",
+        help="Kafka client properties (librdkafka names: bootstrap.servers, security.protocol, "
+        "ssl.ca.location, ssl.certificate.location, ssl.key.location, ssl.key.password, "
+        "ssl.endpoint.identification.algorithm, sasl.mechanism, sasl.username, sasl.password, "
+        "sasl.oauthbearer.*); BANDITFLOW_KAFKA_<KEY> variables (SSL_CA_LOCATION, ...) override "
+        "it (env BANDITFLOW_KAFKA_CONFIG)",
+    )
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 def _common_kafka(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--bootstrap",
-        default=DEFAULT_BOOTSTRAP,
-        help="Kafka bootstrap servers (default: %(default)s, env BANDITFLOW_BOOTSTRAP)",
-    )
+    add_kafka_connection(parser)
     parser.add_argument(
         "--prefix", default="banditflow", help="topic name prefix (default: %(default)s)"
     )
 
 
-def _worker_options(parser: argparse.ArgumentParser) -> None:
-    from banditflow.schemas import Limits  # (lazy: see main())
+def _learner_version(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--learner-version", type=int, default=None, metavar="N",
+                        help="with --learner-id: the learner's version N (a reconfigured "
+                        "learner starts a new one; decisions carry learner_version); default: "
+                        "the latest, saying which versions it left out")
 
+
+def _worker_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--partitions",
         type=int,
@@ -54,6 +82,15 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=6066,
         help="port of /metrics, /ready and /healthz (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--web-config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="serve /metrics, /ready and /healthz over TLS and/or with basic auth: a "
+        "Prometheus web.config YAML (tls_server_config: cert_file, key_file, "
+        "client_auth_type, client_ca_file, min_version; basic_auth_users: bcrypt hashes)",
     )
     parser.add_argument(
         "--commit-interval-ms",
@@ -126,21 +163,37 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
         "ignores them and keeps their estimates as they were (default: on; a learner without "
         "candidates costs nothing either way)",
     )
-    parser.add_argument("--loglevel", default="warning", help="(default: %(default)s)")
+    parser.add_argument(
+        "--loglevel",
+        default="warning",
+        type=str.lower,
+        choices=LOG_LEVELS,
+        help="the worker's own log level; the line saying it is ready (version, bootstrap, "
+        "partitions, metrics URL) and one line per rebalance show unless it is error or "
+        "critical (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--client-loglevel",
+        default="warning",
+        type=str.lower,
+        choices=LOG_LEVELS,
+        help="log level of the Kafka client libraries (aiokafka, kafka-python), kept apart "
+        "so that --loglevel info or debug is not flooded by them (default: %(default)s)",
+    )
 
 
 def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is lazy: aiokafka)
-    from banditflow.schemas import Limits
     from banditflow.streams.broker import is_tansu
+    from banditflow.streams.webconfig import WebConfig
     from banditflow.streams.worker import WorkerSettings
 
     session, fetch_wait = args.session_timeout, args.fetch_wait_ms
     if session is None or fetch_wait is None:
-        tansu = is_tansu(args.bootstrap)
+        tansu = is_tansu(args.kafka)
         session = session if session is not None else (2.0 if tansu else 10.0)
         fetch_wait = fetch_wait if fetch_wait is not None else (20 if tansu else 500)
     return WorkerSettings(
-        bootstrap=args.bootstrap,
+        kafka=args.kafka,
         app_id=args.app_id,
         prefix=args.prefix,
         partitions=args.partitions,
@@ -155,6 +208,7 @@ def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is l
         instance_id=args.instance_id,
         on_state_loss=args.on_state_loss,
         live_ope=args.live_ope,
+        web_config=WebConfig.load(args.web_config) if args.web_config else None,
         limits=Limits(args.max_event_bytes, args.max_labels, args.max_features),
     )
 
@@ -184,15 +238,19 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from banditflow.streams.topics import Topics, ensure_topics
     from banditflow.streams.worker import RejoinNote, RepeatFilter, run_worker
 
-    logging.basicConfig(
-        level=args.loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    level = logging.getLevelName(args.loglevel.upper())
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # The ready and rebalance lines show at the default level, silenced only by error/critical.
+    logging.getLogger("banditflow.worker.lifecycle").setLevel(
+        logging.INFO if level <= logging.WARNING else level)
+    for client in ("aiokafka", "kafka"):
+        logging.getLogger(client).setLevel(args.client_loglevel.upper())
     for handler in logging.getLogger().handlers:
         handler.addFilter(RepeatFilter())
         handler.addFilter(RejoinNote())
-    wait_for_broker(args.bootstrap)
+    wait_for_broker(args.kafka)
     settings = worker_settings(args)
-    ensure_topics(settings.bootstrap, Topics(settings.prefix), settings.partitions, settings.app_id)
+    ensure_topics(settings.kafka, Topics(settings.prefix), settings.partitions, settings.app_id)
     return run_worker(settings)
 
 
@@ -210,16 +268,29 @@ def cmd_schemas(args: argparse.Namespace) -> int:
 
 
 def run_kcat(kcat_args: list[str]) -> int:
-    from banditflow.streams.kcat import kcat_command
+    from banditflow.streams.connection import KafkaConfigError, KafkaConnection
+    from banditflow.streams.kcat import KcatError, kcat_command, pass_config, split_kafka_config
 
-    command, env = kcat_command(kcat_args)
+    try:
+        config_file, kcat_args = split_kafka_config(kcat_args)
+        config_file = config_file or os.environ.get("BANDITFLOW_KAFKA_CONFIG")
+        command, env = kcat_command(kcat_args)
+        if config_file or any(k.startswith("BANDITFLOW_KAFKA_") for k in os.environ):
+            command = pass_config(command, KafkaConnection.resolve(
+                os.environ.get("BANDITFLOW_BOOTSTRAP"), config_file, os.environ))
+    except (KafkaConfigError, KcatError) as exc:  # the setup, not a bug: say what to do
+        raise SystemExit(f"banditflow kcat: {exc}") from None
     os.execvpe(command[0], command, env)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from banditflow.streams.simulate import SimulationSettings, run_simulation
 
-    report = run_simulation(SimulationSettings.from_args(args))
+    try:
+        settings = SimulationSettings.from_args(args)
+    except ValueError as exc:
+        raise SystemExit(f"banditflow simulate: {exc}") from None
+    report = run_simulation(settings)
     print(report.render())
     return 0 if not report.timed_out and report.decided == report.expected else 1
 
@@ -246,20 +317,35 @@ def cmd_make_log(args: argparse.Namespace) -> int:
 
 
 def cmd_archive(args: argparse.Namespace) -> int:
+    from banditflow.offline.archive import (
+        ArchiveError,
+        read_archive,
+        select_version,
+        write_archive,
+    )
     from banditflow.streams.archive import ArchiveSettings, run_archive
     from banditflow.streams.broker import wait_for_broker
     from banditflow.streams.topics import TopicError
 
-    wait_for_broker(args.bootstrap)
-    settings = ArchiveSettings(args.bootstrap, args.prefix, args.out, args.from_beginning,
+    if args.learner_version is not None and args.learner_id is None:
+        raise SystemExit("banditflow archive: --learner-version needs --learner-id")
+    wait_for_broker(args.kafka)
+    settings = ArchiveSettings(args.kafka, args.prefix, args.out, args.from_beginning,
                                args.until_idle)
     tty = sys.stderr.isatty()
     try:
         count = run_archive(settings, (lambda n: print(f"\r{n:,} records", end="",
                                                        file=sys.stderr)) if tty else None)
-    except (OSError, TopicError) as exc:
+        if tty:
+            print(file=sys.stderr)
+        if args.learner_id is not None:  # the whole prefix was read: keep one learner version
+            header, records = read_archive(args.out)
+            chosen = select_version(records, args.learner_id, args.learner_version)
+            count = write_archive(args.out, chosen.records, header.source, header.prefix)
+            print(chosen.note(), file=sys.stderr)
+    except (OSError, TopicError, ArchiveError) as exc:
         raise SystemExit(f"banditflow archive: {exc}") from None
-    print(("\n" if tty else "") + f"{args.out}: {count:,} records", file=sys.stderr)
+    print(f"{args.out}: {count:,} records", file=sys.stderr)
     return 0
 
 
@@ -271,11 +357,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from banditflow.streams.topics import TopicError, Topics, ensure_topics
 
     try:
-        settings = ReplaySettings(args.bootstrap, args.prefix, args.log, args.speed, args.start,
+        settings = ReplaySettings(args.kafka, args.prefix, args.log, args.speed, args.start,
                                   args.end, args.learner_id, args.faithful,
-                                  args.decision_wait)
-        wait_for_broker(args.bootstrap)
-        ensure_topics(args.bootstrap, Topics(args.prefix), args.partitions)
+                                  args.decision_wait, args.learner_version,
+                                  args.dead_letter_wait)
+        wait_for_broker(args.kafka)
+        ensure_topics(args.kafka, Topics(args.prefix), args.partitions)
         tty = sys.stderr.isatty()
         summary = run_replay(settings, (lambda done, total: print(
             f"\r{done:,} / {total:,} records ({100 * done // max(total, 1)} %)", end="",
@@ -316,9 +403,9 @@ def cmd_warm_start(args: argparse.Namespace) -> int:
                 f"banditflow warm-start: the config with its oracle takes {len(value):,} bytes, "
                 f"more than --max-bytes {args.max_bytes:,} (the worker's --max-event-bytes and "
                 "the broker's message limit must allow it)")
-        wait_for_broker(args.bootstrap)
-        ensure_topics(args.bootstrap, Topics(args.prefix), args.partitions)
-        producer = KafkaProducer(bootstrap_servers=args.bootstrap, acks="all",
+        wait_for_broker(args.kafka)
+        ensure_topics(args.kafka, Topics(args.prefix), args.partitions)
+        producer = KafkaProducer(**args.kafka.kafka_python_kwargs(), acks="all",
                                  max_request_size=max(args.max_bytes, 1_048_576))
         producer.send(Topics(args.prefix).learners, key=warmed.learner_id.encode(), value=value)
         producer.flush()
@@ -347,7 +434,12 @@ def cmd_import_log(args: argparse.Namespace) -> int:
 def cmd_ope(args: argparse.Namespace) -> int:
     import json
 
-    from banditflow.offline.archive import ArchiveError, joined_rounds, read_archive
+    from banditflow.offline.archive import (
+        ArchiveError,
+        joined_rounds,
+        read_archive,
+        select_version,
+    )
     from banditflow.offline.formats import import_log
     from banditflow.offline.ope.evaluation import evaluate
     from banditflow.offline.ope.policies import PolicyError, parse_policy
@@ -360,14 +452,22 @@ def cmd_ope(args: argparse.Namespace) -> int:
         else:
             records, report = import_log(args.log, args.format, dims=args.dims)
             print(report.render(), file=sys.stderr)
-        rounds = joined_rounds(records)
-        learners = sorted({r.learner_id for r in rounds})
-        if args.learner_id is not None:
-            rounds = [r for r in rounds if r.learner_id == args.learner_id]
-        elif len(learners) > 1:
+        learners = sorted({r.learner_id for r in joined_rounds(records)})
+        learner_id = args.learner_id
+        if learner_id is None and len(learners) > 1:
             raise SystemExit(f"banditflow ope: the log holds {len(learners)} learners "
                              f"({', '.join(learners)}): choose one with --learner-id")
-        result = evaluate(rounds, policies, args.min_propensity, args.folds, args.seed)
+        if learner_id is None and args.learner_version is not None:
+            raise SystemExit("banditflow ope: --learner-version needs --learner-id")
+        if learner_id is None and learners:
+            learner_id = learners[0]
+        if learner_id is not None:
+            chosen = select_version(records, learner_id, args.learner_version)
+            records = chosen.records
+            if len(chosen.decisions) > 1 or args.learner_version is not None:
+                print(chosen.note(), file=sys.stderr)
+        result = evaluate(joined_rounds(records), policies, args.min_propensity, args.folds,
+                          args.seed)
     except (OSError, ArchiveError, PolicyError, FeatureError, ValueError) as exc:
         raise SystemExit(f"banditflow ope: {exc}") from None
     print(json.dumps(result.as_json()) if args.json else result.table())
@@ -375,6 +475,72 @@ def cmd_ope(args: argparse.Namespace) -> int:
         for path in result.write(args.out):
             print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def cmd_learners(args: argparse.Namespace) -> int:
+    import json
+
+    from aiokafka.errors import KafkaError
+
+    from banditflow.streams.client import Client, Rejected
+
+    if args.action != "list" and args.target is None:
+        print(f"banditflow learners {args.action}: which learner? "
+              f"({'a JSON config file' if args.action == 'create' else 'its id'})",
+              file=sys.stderr)
+        return 2
+    config = None
+    if args.action == "create":
+        try:
+            config = json.loads(Path(args.target).read_bytes())
+        except (OSError, ValueError) as exc:
+            print(f"banditflow learners create: {args.target}: {exc}", file=sys.stderr)
+            return 2
+    try:
+        with Client(args.kafka, prefix=args.prefix) as bf:
+            if args.action == "list":
+                for learner in bf.learners.list():
+                    print(f"{learner.learner_id}\t{learner.family}\t{learner.algorithm}")
+            elif args.action == "show":
+                learner = bf.learners.get(args.target)
+                if learner is None:
+                    print(f"banditflow learners show: no learner {args.target!r}",
+                          file=sys.stderr)
+                    return 1
+                print(learner.model_dump_json(indent=2))
+            elif args.action == "create":
+                created = bf.learners.create(config)
+                print(f"created {created.family}/{created.algorithm} learner "
+                      f"{created.learner_id!r}", file=sys.stderr)
+            else:
+                bf.learners.delete(args.target)
+                print(f"deleted learner {args.target!r}", file=sys.stderr)
+    except Rejected as exc:
+        print(f"banditflow learners {args.action}: {exc}", file=sys.stderr)
+        return 2 if exc.reason != "unknown_learner" else 1
+    except (RuntimeError, KafkaError) as exc:  # no broker, or no topics of this prefix
+        print(f"banditflow learners {args.action}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_gateway(args: argparse.Namespace) -> int:
+    try:
+        from banditflow.streams.gateway import GatewayError, GatewaySettings, run_gateway
+    except ModuleNotFoundError as exc:
+        print(f"banditflow gateway needs {exc.name}, which the gateway extra installs: "
+              "pip install 'banditflow[gateway]'", file=sys.stderr)
+        return 2
+
+    try:
+        return run_gateway(GatewaySettings(
+            args.kafka, args.prefix, args.host, args.port,
+            args.api_keys, args.tls_cert, args.tls_key, args.timeout, args.metrics_host,
+            args.metrics_port, Limits(args.max_event_bytes, args.max_labels, args.max_features),
+        ))
+    except (OSError, GatewayError) as exc:
+        print(f"banditflow gateway: {exc}", file=sys.stderr)
+        return 2
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -442,14 +608,17 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True)
     p.set_defaults(func=cmd_make_log)
 
-    p = sub.add_parser("archive", help="copy the learners, contexts, decisions, feedback and "
-                                       "truth topics into one JSONL archive")
+    p = sub.add_parser("archive", help="copy the learners, contexts, decisions, feedback, "
+                                       "truth and deadletter topics into one JSONL archive")
     _common_kafka(p)
     p.add_argument("--out", type=Path, required=True, help="the archive file to write")
     p.add_argument("--from-beginning", action="store_true",
                    help="start at the topics' beginning (default: at their end)")
     p.add_argument("--until-idle", type=float, default=None, metavar="S",
                    help="stop once no record came for S seconds (default: run until Ctrl-C)")
+    p.add_argument("--learner-id", default=None,
+                   help="keep only this learner's records, of one version (below)")
+    _learner_version(p)
     p.set_defaults(func=cmd_archive)
 
     p = sub.add_parser("replay", help="produce an archive's learners, contexts, feedback and "
@@ -466,7 +635,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="skip records stamped before TS (seconds since the epoch)")
     p.add_argument("--end", type=float, default=None, metavar="TS",
                    help="skip records stamped after TS (seconds since the epoch)")
-    p.add_argument("--learner-id", default=None, help="replay only this learner's records")
+    p.add_argument("--learner-id", default=None,
+                   help="replay only this learner's records, of one version (below)")
+    _learner_version(p)
+    p.add_argument("--dead-letter-wait", type=float, default=3.0, metavar="S",
+                   help="then report, per topic and reason, the replayed records the workers "
+                        "dead-lettered, read from the dead-letter topic until S seconds pass "
+                        "without one or a decision of a replayed context; 0: do not wait "
+                        "(default: %(default)s)")
     p.add_argument("--faithful", action="store_true",
                    help="keep the live order of each learner's contexts and feedback (the "
                         "workers of the prefix must be running; no --start, --end or "
@@ -494,7 +670,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="refuse a config larger than this (default: %(default)s, the worker's "
                         "default --max-event-bytes)")
     p.add_argument("--dims", type=int, default=None,
-                   help="dsjson: hashed features per action (default: 64)")
+                   help="dsjson: hashed slots of the shared and of each candidate's features "
+                        "(default: 16)")
     p.set_defaults(func=cmd_warm_start)
 
     p = sub.add_parser("import-log", help="turn a Vowpal Wabbit DSJSON or an Open Bandit "
@@ -507,7 +684,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--learner-id", default="imported",
                    help="the learner id the events are filed under (default: %(default)s)")
     p.add_argument("--dims", type=int, default=None,
-                   help="dsjson: hashed features per action (default: 64)")
+                   help="dsjson: hashed slots of the shared and of each candidate's features "
+                        "(default: 16)")
     p.set_defaults(func=cmd_import_log)
 
     p = sub.add_parser("ope", help="off-policy evaluation of target policies on a log: IPS, "
@@ -525,6 +703,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="write ope.json (with diagnostics) and ope.png into this directory")
     p.add_argument("--learner-id", default=None,
                    help="the learner to evaluate when the log holds several")
+    _learner_version(p)
     p.add_argument("--min-propensity", type=float, default=1e-3,
                    help="propensities below this are raised to it in the weights "
                         "(clipping; 0 for none; default: %(default)s)")
@@ -532,8 +711,51 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="cross-fitting folds of DR's reward model (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the folds (default: 0)")
     p.add_argument("--dims", type=int, default=None,
-                   help="dsjson: hashed features per action (default: 64)")
+                   help="dsjson: hashed slots of the shared and of each candidate's features "
+                        "(default: 16)")
     p.set_defaults(func=cmd_ope)
+
+    p = sub.add_parser("learners", help="list, show, create or delete learner configs",
+                       description="Learner configs on the compacted learners topic. create "
+                       "checks the config as the worker would and refuses an invalid one with "
+                       "the reason (exit status 2), or an existing learner id.")
+    p.add_argument("action", choices=("list", "show", "create", "delete"))
+    p.add_argument("target", nargs="?", metavar="ID|FILE",
+                   help="show/delete: the learner id; create: a JSON config file")
+    _common_kafka(p)
+    p.set_defaults(func=cmd_learners)
+
+    p = sub.add_parser("gateway", help="serve decisions, feedback, truth and learner configs "
+                                       "over HTTP (needs the gateway extra)",
+                       description="The HTTP gateway: POST /v1/learners/{id}/decisions, "
+                       "/feedback, /truth; GET /v1/learners, GET|PUT|DELETE "
+                       "/v1/learners/{id}; GET /openapi.json; open: /healthz, /ready.")
+    _common_kafka(p)
+    p.add_argument("--host", default="127.0.0.1",
+                   help="bind address; anything but loopback needs --api-keys "
+                        "(default: %(default)s)")
+    p.add_argument("--port", type=int, default=8080, help="(default: %(default)s)")
+    p.add_argument("--api-keys", type=Path, default=None, metavar="FILE",
+                   help="one ROLE:TOKEN a line, ROLE decide (decisions, feedback, truth, "
+                        "reading configs) or admin (everything); clients send "
+                        "Authorization: Bearer TOKEN")
+    p.add_argument("--tls-cert", type=Path, default=None, help="serve HTTPS with this "
+                                                               "certificate (PEM)")
+    p.add_argument("--tls-key", type=Path, default=None, help="... and this key (PEM)")
+    p.add_argument("--timeout", type=float, default=10.0,
+                   help="seconds a decision request waits before 504 (default: %(default)s; "
+                        "a request's ?timeout= overrides it)")
+    p.add_argument("--metrics-host", default="127.0.0.1",
+                   help="bind address of /metrics (default: %(default)s)")
+    p.add_argument("--metrics-port", type=int, default=6067,
+                   help="port of the gateway's Prometheus /metrics (default: %(default)s)")
+    p.add_argument("--max-event-bytes", type=int, default=Limits.max_event_bytes,
+                   help="the worker's limits, checked before producing (default: %(default)s)")
+    p.add_argument("--max-labels", type=int, default=Limits.max_labels,
+                   help="(default: %(default)s)")
+    p.add_argument("--max-features", type=int, default=Limits.max_features,
+                   help="(default: %(default)s)")
+    p.set_defaults(func=cmd_gateway)
 
     p = sub.add_parser("schemas", help="check (default) or --write the published JSON Schemas")
     p.add_argument("--write", action="store_true")
@@ -542,7 +764,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     # Handled in main() before parsing, so kcat's own flags pass through; listed for --help.
     sub.add_parser(
         "kcat",
-        help="run kcat (all arguments go to it) with a librdkafka that speaks to Tansu and, "
+        help="run kcat (all arguments go to it but --kafka-config FILE, whose settings it "
+        "gets, as the BANDITFLOW_KAFKA_* ones) with a librdkafka that speaks to Tansu and, "
         "for producers, the murmur2 partitioner",
     )
     return parser
@@ -553,12 +776,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["kcat"]:
         return run_kcat(argv[1:])
     if argv[:1] == ["worker"]:
-        # Before anything slow (imports: a second or more on a busy machine, waiting for the
-        # broker, creating topics): a SIGTERM meanwhile stops the worker cleanly, as it owns
-        # nothing yet, not with -15. The worker installs its own handling once it runs.
+        # Before anything slow (the worker's imports: a second or more on a busy machine,
+        # waiting for the broker, creating topics): a SIGTERM meanwhile stops the worker
+        # cleanly, as it owns nothing yet, not with -15. The worker installs its own
+        # handling once it runs.
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     args = build_parser(argv[0] if argv else None).parse_args(argv)
-    return int(args.func(args) or 0)
+    from banditflow.streams.broker import BrokerError
+    from banditflow.streams.connection import KafkaConfigError, KafkaConnection
+    from banditflow.streams.webconfig import WebConfigError
+
+    try:
+        if hasattr(args, "kafka_config"):
+            args.kafka = KafkaConnection.resolve(args.bootstrap, args.kafka_config, os.environ)
+        return int(args.func(args) or 0)
+    except (KafkaConfigError, BrokerError, WebConfigError) as exc:
+        # One line naming the cause: a configuration or a broker the command cannot use.
+        raise SystemExit(f"banditflow {args.command}: {exc}") from None
 
 
 if __name__ == "__main__":

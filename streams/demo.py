@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import shutil
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from banditflow.offline.environments import APPLICATIONS
 from banditflow.streams.broker import EmbeddedBroker, port_open
+from banditflow.streams.cli import add_kafka_connection
 from banditflow.streams.scrape import fetch, value
 from banditflow.streams.simulate import (
     RECENT,
@@ -37,8 +39,11 @@ from banditflow.streams.simulate import (
 
 
 def start_worker(
-    bootstrap: str, web_port: int, partitions: int, prefix: str, log_path: Path
+    bootstrap: str, web_port: int, partitions: int, prefix: str, log_path: Path,
+    kafka_config: Path | None = None,
 ) -> subprocess.Popen[bytes]:
+    """A worker process (the BANDITFLOW_KAFKA_* variables reach it through the
+    environment, ``kafka_config`` as its --kafka-config)."""
     command = [
         sys.executable,
         "-m",
@@ -46,6 +51,7 @@ def start_worker(
         "worker",
         "--bootstrap",
         bootstrap,
+        *(["--kafka-config", str(kafka_config)] if kafka_config is not None else []),
         "--web-port",
         str(web_port),
         "--partitions",
@@ -100,6 +106,8 @@ def add_demo_options(parser: argparse.ArgumentParser) -> None:
                         help="probability that feedback is never sent (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--port", type=int, default=19092, help="embedded broker port")
+    add_kafka_connection(parser, bootstrap_help="run against this Kafka instead of an embedded "
+                         "broker (so does --kafka-config; env BANDITFLOW_BOOTSTRAP)")
     parser.add_argument("--web-port", type=int, default=6066, help="worker /metrics port")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--out", type=Path, default=Path("runs/demo"),
@@ -195,16 +203,24 @@ def run_demo(args: argparse.Namespace) -> int:
         learner, baseline = report.tallies
         print(f"- {report.family}: {learner.algorithm} vs {baseline.algorithm}, "
               f"{report.events} contexts at {setting.rate:g}/s")
-    with EmbeddedBroker(port=args.port, log_path=out / "broker.log") as broker:
-        print(f"- embedded broker (Tansu) on {broker.bootstrap}")
-        worker = start_worker(broker.bootstrap, args.web_port, args.partitions, prefix,
-                              out / "worker.log")
+    external = args.bootstrap is not None or args.kafka_config is not None
+    with contextlib.ExitStack() as running:
+        if external:
+            kafka = args.kafka
+            print(f"- Kafka at {kafka.describe()}")
+        else:
+            broker = running.enter_context(
+                EmbeddedBroker(port=args.port, log_path=out / "broker.log"))
+            kafka = broker.connection
+            print(f"- embedded broker (Tansu) on {broker.bootstrap}")
+        worker = start_worker(kafka.bootstrap, args.web_port, args.partitions, prefix,
+                              out / "worker.log", args.kafka_config)
         try:
             wait_until_ready(worker, args.web_port, timeout_s=90)
             metrics_url = f"http://127.0.0.1:{args.web_port}/metrics"
             print(f"- worker up, metrics at {metrics_url}")
             for s in settings:
-                s.bootstrap = broker.bootstrap
+                s.kafka = kafka
             reports = asyncio.run(run_applications(settings, prepared, sys.stdout.isatty()))
             text = wait_for_feedback(metrics_url, reports)
         finally:

@@ -37,15 +37,21 @@ from typing import Any
 import orjson
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from banditflow.offline.archive import read_archive
+from banditflow.offline.archive import (
+    ArchiveError,
+    read_archive,
+    record_learner,
+    select_version,
+)
 from banditflow.offline.faithful import FaithfulError, FaithfulPlan, Key, Step, faithful_plan
+from banditflow.streams.connection import KafkaConnection
 
 REPLAYED_TOPICS = ("learners", "contexts", "feedback", "truth")
 
 
 @dataclass(frozen=True)
 class ReplaySettings:
-    bootstrap: str
+    kafka: KafkaConnection
     prefix: str
     path: Path
     speed: float = 0.0
@@ -55,11 +61,17 @@ class ReplaySettings:
     faithful: bool = False
     # faithful: give up when no decision came for this long
     decision_wait_s: float = 60.0
+    # with learner_id: its version to replay (None: the latest)
+    learner_version: int | None = None
+    # count the dead letters of replayed records until none and no decision came for this long
+    dead_letter_wait_s: float = 3.0
 
     def __post_init__(self) -> None:
         if self.faithful and (self.start, self.end, self.speed) != (None, None, 0.0):
             raise FaithfulError("--faithful replays whole learners as fast as their order "
                                 "allows: it takes no --start, --end or --speed")
+        if self.learner_version is not None and self.learner_id is None:
+            raise ArchiveError("--learner-version selects a version of the --learner-id learner")
 
 
 @dataclass
@@ -99,13 +111,32 @@ class ReplaySummary:
     produced: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
     faithful: FaithfulCheck | None = None
+    selection: str | None = None  # which learner version, what was left out
+    # (replayed topic, reason) -> dead letters of replayed records; None: not watched
+    dead_letters: Counter[tuple[str, str]] | None = None
+    dead_letter_wait_s: float = 0.0
 
     def render(self) -> str:
         total = sum(self.produced.values())
         topics = ", ".join(f"{self.produced[t]:,} {t}" for t in REPLAYED_TOPICS
                            if self.produced[t])
-        text = f"replayed {total:,} records ({topics}) in {self.seconds:.1f} s"
-        return text if self.faithful is None else f"{text}\n{self.faithful.render()}"
+        lines = [] if self.selection is None else [self.selection]
+        lines.append(f"replayed {total:,} records ({topics}) in {self.seconds:.1f} s")
+        if self.dead_letters is not None:
+            lines.append(self.render_dead_letters())
+        if self.faithful is not None:
+            lines.append(self.faithful.render())
+        return "\n".join(lines)
+
+    def render_dead_letters(self) -> str:
+        watched = (f"(watched until {self.dead_letter_wait_s:g} s passed without a decision or "
+                   "dead letter of them)")
+        if not self.dead_letters:
+            return f"the workers dead-lettered none of the replayed records {watched}"
+        counts = ", ".join(f"{n:,} {topic} {reason}" for (topic, reason), n
+                           in sorted(self.dead_letters.items(), key=lambda item: -item[1]))
+        return (f"the workers dead-lettered {sum(self.dead_letters.values()):,} of the replayed "
+                f"records: {counts} {watched}")
 
 
 def _timestamp(record: Mapping[str, Any]) -> float | None:
@@ -116,20 +147,13 @@ def _timestamp(record: Mapping[str, Any]) -> float | None:
     return float(ts) if isinstance(ts, int | float) else None
 
 
-def _learner(record: Mapping[str, Any]) -> str | None:
-    value = record.get("value")
-    if isinstance(value, Mapping) and value.get("learner_id") is not None:
-        return str(value["learner_id"])
-    return record.get("key")
-
-
 def selected(records: list[dict[str, Any]], settings: ReplaySettings) -> list[dict[str, Any]]:
     """The records a replay produces: replayed topics, the learner, the time window."""
     chosen = []
     for record in records:
         if record["topic"] not in REPLAYED_TOPICS:
             continue
-        if settings.learner_id is not None and _learner(record) != settings.learner_id:
+        if settings.learner_id is not None and record_learner(record) != settings.learner_id:
             continue
         ts = _timestamp(record)
         if ts is not None and ((settings.start is not None and ts < settings.start)
@@ -152,16 +176,25 @@ class Replayer:
 
     def __init__(self, settings: ReplaySettings) -> None:
         self.prefix = settings.prefix
-        self.producer = KafkaProducer(bootstrap_servers=settings.bootstrap, acks="all",
+        self.producer = KafkaProducer(**settings.kafka.kafka_python_kwargs(), acks="all",
                                       linger_ms=5)
         self.produced: Counter[str] = Counter()
+        self.sent: list[Any] = []  # the send futures: where each record landed
+        self.events: set[tuple[str, str]] = set()  # (learner id, event id) of the contexts
 
     def send(self, record: Mapping[str, Any], value: bytes | None = None) -> None:
         key = record.get("key")
-        self.producer.send(f"{self.prefix}.{record['topic']}",
-                           key=key.encode() if key is not None else None,
-                           value=value if value is not None else _value_bytes(record))
+        self.sent.append(self.producer.send(
+            f"{self.prefix}.{record['topic']}", key=key.encode() if key is not None else None,
+            value=value if value is not None else _value_bytes(record)))
         self.produced[record["topic"]] += 1
+        event = record.get("value")
+        if record["topic"] == "contexts" and isinstance(event, Mapping):
+            self.events.add((str(event.get("learner_id")), str(event.get("event_id"))))
+
+    def landed(self) -> set[tuple[str, int, int]]:
+        """(topic, partition, offset) of every record sent (after a flush)."""
+        return {(m.topic, m.partition, m.offset) for m in (f.get() for f in self.sent)}
 
     def close(self) -> None:
         self.producer.close()
@@ -171,24 +204,81 @@ def run_replay(settings: ReplaySettings,
                progress: Callable[[int, int], None] | None = None) -> ReplaySummary:
     """Produce the selected records of the archive (see the module docstring)."""
     header, records = read_archive(settings.path)
+    selection = None
+    if settings.learner_id is not None:
+        chosen = select_version(records, settings.learner_id, settings.learner_version)
+        records, selection = chosen.records, chosen.note()
     if settings.faithful:
         plan = faithful_plan(records, header.version)
         if settings.learner_id is not None and settings.learner_id not in plan.steps:
             raise FaithfulError(f"no decision of learner {settings.learner_id!r} in the archive")
     started = time.monotonic()
-    summary = ReplaySummary()
+    summary = ReplaySummary(selection=selection)
     replayer = Replayer(settings)
+    watch = DeadLetterWatch(settings) if settings.dead_letter_wait_s > 0 else None
     try:
         if settings.faithful:
             summary.faithful = _replay_faithfully(settings, plan, records, replayer, progress)
         else:
             _replay(settings, selected(records, settings), replayer, progress)
         replayer.producer.flush()
+        summary.seconds = time.monotonic() - started
+        if watch is not None:
+            summary.dead_letters = watch.count(replayer.landed(), replayer.events)
+            summary.dead_letter_wait_s = settings.dead_letter_wait_s
     finally:
         replayer.close()
+        if watch is not None:
+            watch.close()
     summary.produced = replayer.produced
-    summary.seconds = time.monotonic() - started
     return summary
+
+
+class DeadLetterWatch:
+    """What the workers make of a replay: from the moment it starts, the dead letters of
+    the records it produced (matched by their source topic, partition and offset), per
+    replayed topic and reason. ``count`` reads until ``dead_letter_wait_s`` passed without a
+    dead letter of a replayed record or a decision of a replayed context."""
+
+    def __init__(self, settings: ReplaySettings) -> None:
+        self.prefix, self.wait_s = settings.prefix, settings.dead_letter_wait_s
+        self.consumer = KafkaConsumer(**settings.kafka.kafka_python_kwargs(), group_id=None,
+                                      enable_auto_commit=False, fetch_max_wait_ms=100)
+        self.topics = {f"{self.prefix}.deadletter", f"{self.prefix}.decisions"}
+        assigned = [TopicPartition(topic, p) for topic in sorted(self.topics)
+                    for p in sorted(self.consumer.partitions_for_topic(topic) or ())]
+        self.consumer.assign(assigned)
+        self.consumer.seek_to_end(*assigned)
+        for partition in assigned:  # fixes the start now, before the replay produces
+            self.consumer.position(partition)
+
+    def count(self, landed: set[tuple[str, int, int]],
+              events: set[tuple[str, str]]) -> Counter[tuple[str, str]]:
+        found: Counter[tuple[str, str]] = Counter()
+        last = time.monotonic()
+        while time.monotonic() - last < self.wait_s:
+            for batch in self.consumer.poll(timeout_ms=200).values():
+                for record in batch:
+                    try:
+                        value = orjson.loads(record.value)
+                    except (orjson.JSONDecodeError, TypeError):
+                        continue
+                    if not isinstance(value, dict):
+                        continue
+                    if record.topic.endswith(".decisions"):
+                        if (str(value.get("learner_id")), str(value.get("event_id"))) in events:
+                            last = time.monotonic()
+                        continue
+                    source = (value.get("source_topic"), value.get("partition"),
+                              value.get("offset"))
+                    if source in landed:
+                        topic = str(source[0]).removeprefix(f"{self.prefix}.")
+                        found[(topic, str(value.get("reason")))] += 1
+                        last = time.monotonic()
+        return found
+
+    def close(self) -> None:
+        self.consumer.close()
 
 
 def _replay(settings: ReplaySettings, records: list[dict[str, Any]], replayer: Replayer,
@@ -217,7 +307,7 @@ class ReplayedDecisions:
         self.plan = plan
         self.seen: dict[Key, Any] = {}
         self.out: dict[str, int] = dict.fromkeys(plan.decisions, 0)
-        self.consumer = KafkaConsumer(bootstrap_servers=settings.bootstrap, group_id=None,
+        self.consumer = KafkaConsumer(**settings.kafka.kafka_python_kwargs(), group_id=None,
                                       enable_auto_commit=False, fetch_max_wait_ms=50)
         try:
             topic = f"{settings.prefix}.decisions"
@@ -282,7 +372,7 @@ def _replay_faithfully(settings: ReplaySettings, plan: FaithfulPlan,
     decisions = ReplayedDecisions(settings, plan)
     try:
         for index in plan.unplanned:  # configs first (in order), and what no order binds
-            if settings.learner_id is None or _learner(records[index]) == settings.learner_id:
+            if settings.learner_id in (None, record_learner(records[index])):
                 replayer.send(records[index])
         cursor = dict.fromkeys(learners, 0)
         total = sum(len(plan.steps[lid]) for lid in learners)

@@ -32,7 +32,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from banditflow.learners.base import Learner, Stats, add_stat
 from banditflow.learners.registry import learner_class
+from banditflow.offline.candidate_task import candidate_traffic
 from banditflow.offline.environments import APPLICATIONS, Traffic, traffic
+from banditflow.streams.connection import KafkaConnection
 from banditflow.streams.topics import Topics
 
 RECENT = 500  # decisions in the "recent" coverage and set size (what convergence shows)
@@ -54,6 +56,10 @@ def add_simulation_options(parser: argparse.ArgumentParser, family_default: str 
                         "candidate of its config, named after it, with the traffic's "
                         "parameters; live OPE, families whose decisions carry p: graph_cb); "
                         "repeatable")
+    parser.add_argument("--candidates", dest="candidate_sets", action="store_true",
+                        help="graph_cb: requests offering their own candidates (5-50 items of a "
+                             "1,000-item catalogue, with features), decided by learners with "
+                             "action_features (banditflow.offline.candidate_task)")
     parser.add_argument("--events", type=int, default=None,
                         help="contexts to send (per learner)")
     parser.add_argument("--rate", type=float, default=0.0,
@@ -80,13 +86,14 @@ def add_simulation_options(parser: argparse.ArgumentParser, family_default: str 
 
 @dataclass
 class SimulationSettings:
-    bootstrap: str = "127.0.0.1:9092"
+    kafka: KafkaConnection = field(default_factory=KafkaConnection)
     prefix: str = "banditflow"
     family: str = "conformal"
     learner_id: str | None = None
     algorithm: str | None = None
     baseline: bool = False
     candidates: list[str] = field(default_factory=list)
+    candidate_sets: bool = False
     events: int | None = None
     rate: float = 0.0
     window: int = 200
@@ -97,6 +104,11 @@ class SimulationSettings:
     seed: int = 0
     timeout: float = 600.0
     workdir: Path = Path("runs/simulate")
+
+    def __post_init__(self) -> None:
+        if self.candidate_sets and self.family != "graph_cb":
+            raise ValueError("--candidates drives graph_cb learners (candidate sets), not "
+                             f"{self.family}")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> SimulationSettings:
@@ -239,7 +251,10 @@ def prepare(settings: SimulationSettings) -> tuple[Traffic, SimulationReport]:
     """The family's traffic and an empty report with one tally per driven learner."""
     application = APPLICATIONS[settings.family]
     events = settings.events or 3000
-    played = traffic(application, events, settings.seed, settings.workdir)
+    if settings.candidate_sets:
+        played = candidate_traffic(events, settings.seed)
+    else:
+        played = traffic(application, events, settings.seed, settings.workdir)
     algorithms = [("learner", settings.algorithm or application.learner)]
     if settings.baseline:
         algorithms.append(("baseline", application.baseline))
@@ -284,9 +299,9 @@ async def simulate(
     topics = Topics(settings.prefix)
     rng = np.random.default_rng([settings.seed, 1])
     tallies = {t.learner_id: t for t in report.tallies}
-    producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, acks="all")
+    producer = AIOKafkaProducer(**settings.kafka.aiokafka_kwargs(), acks="all")
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap, group_id=None, enable_auto_commit=False
+        **settings.kafka.aiokafka_kwargs(), group_id=None, enable_auto_commit=False
     )
     await producer.start()
     await consumer.start()

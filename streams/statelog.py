@@ -56,6 +56,7 @@ from aiokafka.errors import OffsetOutOfRangeError
 
 from banditflow.learners.base import JSON
 from banditflow.processors.store import Changes, PartitionStore
+from banditflow.streams.connection import KafkaConnection, as_connection
 from banditflow.streams.fetch_wait import FetchWait, set_fetch_wait
 
 log = logging.getLogger("banditflow.statelog")
@@ -593,10 +594,13 @@ async def _snapshot_pointer(
         window *= 8
 
 
-async def read_commits(bootstrap: str, topic: str) -> dict[int, list[tuple[int, Commit]]]:
+async def read_commits(
+    kafka: KafkaConnection | str, topic: str
+) -> dict[int, list[tuple[int, Commit]]]:
     """Every complete commit of every partition of a state log, from its beginning, with
     the offset of its last record (for audits and tests; a recovery reads far less)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(**as_connection(kafka).aiokafka_kwargs(),
+                                enable_auto_commit=False)
     await consumer.start()
     try:
         await consumer.topics()  # refreshes the metadata

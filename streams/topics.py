@@ -10,6 +10,8 @@ from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 from kafka.partitioner.default import murmur2
 
+from banditflow.streams.connection import KafkaConnection, as_connection
+
 
 @dataclass(frozen=True)
 class Topics:
@@ -74,12 +76,13 @@ class TopicError(RuntimeError):
 
 
 def ensure_topics(
-    bootstrap: str, topics: Topics, partitions: int, app_id: str | None = None
+    kafka: KafkaConnection | str, topics: Topics, partitions: int, app_id: str | None = None
 ) -> None:
     """Create missing topics (with ``app_id``, its state log too); fail clearly if an input
     topic or the state log has another partition count, since co-partitioning is what lets
     one worker own a learner's contexts, feedback and state."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="banditflow-admin")
+    admin = KafkaAdminClient(**as_connection(kafka).kafka_python_kwargs(),
+                             client_id="banditflow-admin")
     configs = {topics.learners: {"cleanup.policy": "compact"}}
     names = topics.all()
     checked = topics.inputs()

@@ -44,11 +44,13 @@ from aiokafka.errors import KafkaError
 from aiokafka.protocol.group import LeaveGroupRequest
 from aiokafka.structs import ConsumerRecord
 
+from banditflow import __version__
 from banditflow.learners.base import LearnerError
 from banditflow.learners.registry import algorithms, families
 from banditflow.processors import Emitted, PartitionStore, Processor, Source, StreamTimes
 from banditflow.processors.store import Changes
 from banditflow.schemas import DeadLetter, Limits
+from banditflow.streams.connection import KafkaConnection, diagnose
 from banditflow.streams.fetch_wait import FetchWait, set_fetch_wait
 from banditflow.streams.metrics import CONTENT_TYPE, PrometheusSink
 from banditflow.streams.statelog import (
@@ -60,14 +62,18 @@ from banditflow.streams.statelog import (
 )
 from banditflow.streams.stream_time import FetchAnswers
 from banditflow.streams.topics import TopicError, Topics, ensure_topics, partition_for, state_topic
+from banditflow.streams.webconfig import WebConfig
 
 log = logging.getLogger("banditflow.worker")
+# The lines an operator waits for: ready (once) and each rebalance. `banditflow worker` shows
+# them at its default --loglevel (warning), which keeps the rest of the worker quiet.
+lifecycle = logging.getLogger("banditflow.worker.lifecycle")
 
 @dataclass(frozen=True)
 class WorkerSettings:
     """Everything ``banditflow worker`` can be told (see ``banditflow worker --help``)."""
 
-    bootstrap: str = "127.0.0.1:9092"
+    kafka: KafkaConnection = field(default_factory=KafkaConnection)
     app_id: str = "banditflow"
     prefix: str = "banditflow"
     partitions: int = 4
@@ -101,6 +107,8 @@ class WorkerSettings:
     # Evaluate the candidate policies named in learner configs on the live stream (off: they
     # are ignored, their estimates kept as they were).
     live_ope: bool = True
+    # /metrics, /ready and /healthz over TLS and with basic auth (--web-config).
+    web_config: WebConfig | None = None
 
 
 class PartitionRuntime:
@@ -193,7 +201,7 @@ class PartitionRuntime:
         return StreamTimes(time_of("learners"), time_of("contexts"), time_of("feedback"))
 
 
-async def evict_predecessors(bootstrap: str, group: str, client_id: str) -> None:
+async def evict_predecessors(kafka: KafkaConnection, group: str, client_id: str) -> None:
     """Remove from ``group`` the members this worker's former incarnations left behind.
 
     A killed worker stays in the group until its session times out, and a join meanwhile
@@ -201,7 +209,7 @@ async def evict_predecessors(bootstrap: str, group: str, client_id: str) -> None
     Kafka names members ``<client id>-<uuid>``: those with our client id are ours, dead,
     since we are only now starting.
     """
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id=f"{client_id}-admin")
+    admin = AIOKafkaAdminClient(**kafka.aiokafka_kwargs(), client_id=f"{client_id}-admin")
     await admin.start()
     try:
         described = await admin.describe_consumer_groups([group])
@@ -231,9 +239,9 @@ async def evict_predecessors(bootstrap: str, group: str, client_id: str) -> None
         await admin.close()
 
 
-async def group_members(bootstrap: str, group: str, client_id: str) -> set[str] | None:
+async def group_members(kafka: KafkaConnection, group: str, client_id: str) -> set[str] | None:
     """The member ids the broker lists for ``group`` (None when it could not be asked)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, client_id=f"{client_id}-admin")
+    admin = AIOKafkaAdminClient(**kafka.aiokafka_kwargs(), client_id=f"{client_id}-admin")
     try:
         await admin.start()
         described = await admin.describe_consumer_groups([group])
@@ -469,6 +477,7 @@ class Worker:
         self.active: frozenset[int] = frozenset()
         self.wall = time.time()
         self.broker_heard = time.monotonic()  # the last answer from the broker
+        self.broker_error = ""  # why the last probe of a silent broker failed (for /ready)
         self.generation = 0
         self.stopping = asyncio.Event()
         self._commit_lock = asyncio.Lock()
@@ -476,6 +485,8 @@ class Worker:
         self._committed = asyncio.Event()
         self._recovering: asyncio.Task[None] | None = None
         self.recovery_error = ""  # why the last recovery attempt failed (for /ready)
+        self._announced = False  # the ready line was logged (rebalances are logged after it)
+        self._owned_before: frozenset[int] = frozenset()  # for the rebalance line
         self.exit_status = 0
         self._offsets_commit: asyncio.Task[None] | None = None
         self._waiting_events = 0
@@ -503,7 +514,7 @@ class Worker:
             loop.add_signal_handler(sig, self.stopping.set)
         session_ms = int(s.session_timeout_s * 1000)
         self.producer = AIOKafkaProducer(
-            bootstrap_servers=s.bootstrap,
+            **s.kafka.aiokafka_kwargs(),
             acks="all",
             # No linger: a commit enqueues all its records without yielding to the event
             # loop, so they leave in one request anyway; a linger only delayed each of the
@@ -515,7 +526,7 @@ class Worker:
             client_id=f"{s.app_id}-worker",
         )
         self.consumer = AIOKafkaConsumer(
-            bootstrap_servers=s.bootstrap,
+            **s.kafka.aiokafka_kwargs(),
             group_id=s.app_id,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
@@ -528,7 +539,7 @@ class Worker:
             client_id=self.client_id,
         )
         self.reader = AIOKafkaConsumer(
-            bootstrap_servers=s.bootstrap,
+            **s.kafka.aiokafka_kwargs(),
             enable_auto_commit=False,
             auto_offset_reset="none",
             client_id=f"{s.app_id}-state-reader",
@@ -536,7 +547,7 @@ class Worker:
         # Reads the few records a former owner wrote where a commit expected to land (in
         # a commit: the recoveries, meanwhile, use ``reader``).
         self.fence_reader = AIOKafkaConsumer(
-            bootstrap_servers=s.bootstrap,
+            **s.kafka.aiokafka_kwargs(),
             enable_auto_commit=False,
             auto_offset_reset="none",
             fetch_max_wait_ms=20,
@@ -548,12 +559,12 @@ class Worker:
         await self.producer.start()
         await self.reader.start()
         await self.fence_reader.start()
-        await evict_predecessors(s.bootstrap, s.app_id, self.client_id)
+        await evict_predecessors(s.kafka, s.app_id, self.client_id)
         await self.consumer.start()
         self.fetch_answers = FetchAnswers().install(self.consumer)
         self.leader_escape = StaleLeaderEscape(
             self.consumer._coordinator,
-            lambda: group_members(s.bootstrap, s.app_id, self.client_id),
+            lambda: group_members(s.kafka, s.app_id, self.client_id),
             stale_after_s=2 * s.session_timeout_s,
         ).install()
         self.consumer.subscribe(self.topics.inputs(), listener=_Rebalance(self))
@@ -589,7 +600,11 @@ class Worker:
                 continue
             try:
                 cluster = await asyncio.wait_for(self.producer.client.fetch_all_metadata(), 2.0)
-            except (KafkaError, OSError, TimeoutError):
+            except (KafkaError, OSError, TimeoutError) as exc:
+                # What /ready says: the cause the transport shows (nobody listening, a
+                # certificate refused), else what the client said.
+                found = await asyncio.to_thread(diagnose, self.settings.kafka, 2.0)
+                self.broker_error = found.text if found else f"{type(exc).__name__}: {exc}"
                 continue
             self.broker_heard = checked = time.monotonic()
             if check:
@@ -614,7 +629,7 @@ class Worker:
             log.warning("%s; creating the missing topics (--on-state-loss=fresh)", lost)
             try:
                 await asyncio.to_thread(
-                    ensure_topics, self.settings.bootstrap, self.topics, expected,
+                    ensure_topics, self.settings.kafka, self.topics, expected,
                     self.settings.app_id,
                 )
             except (TopicError, KafkaError, OSError) as exc:
@@ -1069,6 +1084,15 @@ class Worker:
                               exc_info=not isinstance(exc, KafkaError | StateLogError))
                 await asyncio.sleep(min(5.0, 0.25 * 2**failures))
         self.recovery_error = ""
+        if not self._announced and self.owned and self.owned == self.active:
+            self._announced = True
+            settings = self.settings
+            lifecycle.info(
+                "banditflow %s worker ready: bootstrap %s, group %s, topics %s.*, partitions %s, "
+                "metrics %s://%s:%d/metrics", __version__, settings.kafka.describe(),
+                settings.app_id, settings.prefix, sorted(self.owned),
+                "https" if settings.web_config and settings.web_config.cert_file else "http",
+                settings.web_host, settings.web_port)
 
     async def _recover_one(
         self, number: int, reader: LogReader, generation: int, started: float
@@ -1163,6 +1187,11 @@ class Worker:
     async def on_assigned(self, assigned: set[TopicPartition]) -> None:
         self.generation += 1
         numbers = {tp.partition for tp in assigned}
+        if self._announced:
+            before = self._owned_before
+            lifecycle.info("rebalance: partitions %s (took %s, gave up %s)", sorted(numbers),
+                           sorted(numbers - before), sorted(before - numbers))
+        self._owned_before = frozenset(numbers)
         self.owned = frozenset(numbers)
         for number in list(self.partitions):
             if number not in numbers:
@@ -1178,7 +1207,8 @@ class Worker:
         owned, active = self.owned, self.active
         silent = time.monotonic() - self.broker_heard
         if silent > BROKER_SILENCE_S:
-            return False, f"no answer from the broker for {silent:.0f}s"
+            cause = f": {self.broker_error}" if self.broker_error else ""
+            return False, f"no answer from the broker for {silent:.0f}s{cause}"
         if not owned:
             return False, "joining the consumer group"
         if owned - active:
@@ -1192,9 +1222,17 @@ class Worker:
         (a restart is ready sooner)."""
         worker = self
 
+        web = self.settings.web_config
+
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 status, content_type, body = 200, "text/plain; charset=utf-8", b"ok"
+                if web is not None and not web.authorized(self.headers.get("Authorization")):
+                    self.send_response(401)
+                    self.send_header("WWW-Authenticate", 'Basic realm="banditflow"')
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if self.path == "/metrics":
                     content_type, body = CONTENT_TYPE, worker.sink.exposition(flush=False)
                 elif self.path == "/ready":
@@ -1215,6 +1253,15 @@ class Worker:
                 pass  # one line per scrape is noise
 
         server = ThreadingHTTPServer((self.settings.web_host, self.settings.web_port), Handler)
+        context = web.ssl_context() if web is not None else None
+        if context is not None:
+            # The handshake on the request's thread, not in accept(): a client that stalls
+            # it must not hold up the others.
+            server.socket = context.wrap_socket(server.socket, server_side=True,
+                                                do_handshake_on_connect=False)
+            # A client that fails the handshake (no certificate, plain HTTP) is its own
+            # problem: no traceback on stderr per attempt.
+            server.handle_error = lambda *_: log.debug("HTTPS request failed", exc_info=True)
         server.daemon_threads = True
         threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
         return server

@@ -8,6 +8,7 @@ two candidate policies, which the worker evaluates live (its ``banditflow_ope_*`
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +42,7 @@ send("learners", {"learner_id": LEARNER, "family": "graph_cb", "algorithm": "squ
 # Action a costs 1 with probability sigmoid(w_a . x + b_a), else 0 (reward = -cost).
 w, b = np.array([[2.0, 0.0], [-2.0, 0.0], [0.0, 0.5]]), np.array([0.0, 0.0, 0.3])
 rng = np.random.default_rng(0)
+started, answered = time.monotonic(), 0
 for batch in range(30):  # 30 batches of 100 contexts, each answered before the next
     contexts = {f"e{batch}-{i}": rng.normal(size=2).round(4) for i in range(100)}
     for event_id, x in contexts.items():
@@ -54,6 +56,14 @@ for batch in range(30):  # 30 batches of 100 contexts, each answered before the 
         cost = float(rng.random() < 1 / (1 + np.exp(-(w[action] @ x + b[action]))))
         send("feedback", {"learner_id": LEARNER, "event_id": decision["event_id"],
                           "losses": {str(action): cost}})
+        answered += 1
         if not contexts:
             break
+    if contexts:
+        sys.exit(f"{LEARNER}: no decision for {len(contexts)} contexts of batch {batch} within "
+                 "30 s: is a worker running on this bootstrap?")
+    if (batch + 1) % 10 == 0 and batch < 29:
+        print(f"{LEARNER}: {answered:,} of 3,000 contexts answered", flush=True)
 producer.flush()
+print(f"{LEARNER}: {answered:,} contexts decided and answered in "
+      f"{time.monotonic() - started:.1f} s")

@@ -28,30 +28,30 @@ for step in $steps; do
     for task in digits digits-softmax retrieval auction; do
       run "$BF" make-log "conformal-$task" --rounds 10000 --seed 0 --out "$LOGS/$task.jsonl"
     done ;;
-  main)  # all learners, alpha = 0.9, T = 10,000, 10 seeds
+  main)  # all learners, target coverage 0.9, T = 10,000, 10 seeds
     for task in $TASKS; do
       run "$BF" evaluate --replay "$REPLAY" --family conformal --learner $LEARNERS --seed $SEEDS --shuffle \
-        --alpha 0.9 --log "$LOGS/$task.jsonl" --out "$OUT/main/$task" --quiet
+        --target-coverage 0.9 --log "$LOGS/$task.jsonl" --out "$OUT/main/$task" --quiet
     done ;;
   scale)  # DLR's sensitivity to the score scale: softmax instead of logits, and other lr
     # (DLR with lr = c on scores s is DLR with lr = 1 on scores s / c: same sets).
     run "$BF" evaluate --replay "$REPLAY" --family conformal --learner sps,dlr --seed $SEEDS --shuffle \
-      --alpha 0.9 --log "$LOGS/digits-softmax.jsonl" --out "$OUT/scale/digits-softmax" --quiet
+      --target-coverage 0.9 --log "$LOGS/digits-softmax.jsonl" --out "$OUT/scale/digits-softmax" --quiet
     for spec in digits:0.1 digits:10 retrieval:0.1 retrieval:10 auction:10 auction:100; do
       task=${spec%%:*} lr=${spec#*:}
       run "$BF" evaluate --replay "$REPLAY" --family conformal --learner dlr --seed $SEEDS --shuffle \
-        --alpha 0.9 --param lr=$lr --log "$LOGS/$task.jsonl" \
+        --target-coverage 0.9 --param lr=$lr --log "$LOGS/$task.jsonl" \
         --out "$OUT/scale/$task-lr$lr" --quiet
     done ;;
   beyond)  # SPS under delayed (Poisson, mean 100 rounds) and lost (3%) feedback, and the
     # anytime schedule with bounded memory (max_values = 256), on the digits log
     D="--delay poisson:100 --loss 0.03 --feedback-timeout 500"
-    run "$BF" evaluate --replay "$REPLAY" --family conformal --learner sps --seed $SEEDS --shuffle --alpha 0.9 \
+    run "$BF" evaluate --replay "$REPLAY" --family conformal --learner sps --seed $SEEDS --shuffle --target-coverage 0.9 \
       $D --log "$LOGS/digits.jsonl" --out "$OUT/beyond/fixed-delayed" --quiet
-    run "$BF" evaluate --replay "$REPLAY" --family conformal --learner sps --seed $SEEDS --shuffle --alpha 0.9 \
+    run "$BF" evaluate --replay "$REPLAY" --family conformal --learner sps --seed $SEEDS --shuffle --target-coverage 0.9 \
       --param schedule=anytime --param max_values=256 \
       --log "$LOGS/digits.jsonl" --out "$OUT/beyond/anytime256" --quiet
-    run "$BF" evaluate --replay "$REPLAY" --family conformal --learner sps --seed $SEEDS --shuffle --alpha 0.9 \
+    run "$BF" evaluate --replay "$REPLAY" --family conformal --learner sps --seed $SEEDS --shuffle --target-coverage 0.9 \
       --param schedule=anytime --param max_values=256 $D \
       --log "$LOGS/digits.jsonl" --out "$OUT/beyond/anytime256-delayed" --quiet
     ;;

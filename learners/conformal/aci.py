@@ -1,6 +1,6 @@
 """ACI: Adaptive Conformal Inference (Gibbs & Candes 2021) run on semi-bandit feedback.
 
-Update rule, with ``a = 1 - alpha`` the target miscoverage and ``err = 1[miss]``:
+Update rule, with ``a = 1 - c`` the target miscoverage and ``err = 1[miss]``:
 
     a_1 = a,    a_{t+1} = a_t + gamma (a - err_t),
     tau_t = sup{tau : F_t(tau) <= a_t} = (floor(m a_t))-th smallest (0-indexed) observed score,
@@ -13,8 +13,8 @@ lower quantile, a bigger set); a covered round raises it slightly. Edge cases:
 Only covered rounds reveal a score, so ``F_t`` is fitted to scores at or above past
 thresholds and is biased upward; this is the adaptation the paper evaluates. ``a_t`` is not
 clipped (as in the original), and ACI's long-run guarantee on the miss rate holds for any
-quantile function, so the coverage rate still ends near ``alpha``; the bias shows as a
-threshold that oscillates around ``tau*``: on U(0, 1) scores with alpha = 0.9 over 10^4
+quantile function, so the coverage rate still ends near ``c``; the bias shows as a
+threshold that oscillates around ``tau*``: on U(0, 1) scores with c = 0.9 over 10^4
 rounds the coverage rate is 0.898 and ``tau_t > tau*`` in about half of the rounds.
 A level ``>= 1`` publishes an empty set; the shared ``decide`` reports its threshold as
 ``null``, as for the full set, so read ``set_size`` to tell them apart.
@@ -26,13 +26,14 @@ rounds this is exactly "all scores observed so far"; a finite window is also how
 on drifting streams. The state keeps the window in arrival order; the sorted copy is rebuilt
 on load.
 
-Parameters: ``alpha`` target coverage (default 0.9); ``gamma`` step size (default 0.005;
+Parameters: ``target_coverage`` c (default 0.9; former name
+``alpha``); ``gamma`` step size (default 0.005;
 the paper grid-searches {0.001, 0.002, 0.004, ..., 0.128}); ``window`` (default 1000).
 
 >>> import numpy as np
 >>> from banditflow.learners.conformal.aci import ACI
 >>> rng = np.random.default_rng(0)
->>> aci = ACI.from_params({"alpha": 0.9, "gamma": 0.005})
+>>> aci = ACI.from_params({"target_coverage": 0.9, "gamma": 0.005})
 >>> above_optimum = 0
 >>> for t in range(2000):  # the true label "a" scores U(0, 1), so tau* = 0.1
 ...     above_optimum += aci.threshold > 0.1
@@ -59,27 +60,27 @@ class ACI(ConformalLearner):
     """ACI with the quantile of the covered rounds' scores; see the module docstring."""
 
     algorithm: ClassVar[str] = "aci"
-    PARAMS: ClassVar[set[str]] = {"alpha", "gamma", "window"}
+    PARAMS: ClassVar[set[str]] = {"target_coverage", "gamma", "window"}
 
-    def __init__(self, alpha: float, gamma: float, window: int) -> None:
-        self.alpha = alpha
+    def __init__(self, target_coverage: float, gamma: float, window: int) -> None:
+        self.target_coverage = target_coverage
         self.gamma = gamma
         self.window = window
-        self.level = 1.0 - alpha  # a_t, the current miscoverage level
+        self.level = 1.0 - target_coverage  # a_t, the current miscoverage level
         self.recent: deque[float] = deque()  # observed scores, oldest first
         self.ordered: list[float] = []  # the same scores, sorted
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> Self:
         check_unknown(params, cls.parameters())
-        alpha = target_coverage(params)
+        coverage = target_coverage(params)
         gamma = require(params, "gamma", float, 0.005)
         if gamma <= 0.0:
             raise LearnerError(f"parameter 'gamma' (step size) must be > 0, got {gamma}")
         window = require(params, "window", int, 1000)
         if window < 1:
             raise LearnerError(f"parameter 'window' (retained scores) must be >= 1, got {window}")
-        return cls(alpha, gamma, window)
+        return cls(coverage, gamma, window)
 
     @property
     def threshold(self) -> float:
@@ -92,7 +93,7 @@ class ACI(ConformalLearner):
     def observe(self, score: float | None) -> None:
         """Move the miscoverage level and, when covered, retain the observed score."""
         err = 1.0 if score is None else 0.0
-        self.level += self.gamma * ((1.0 - self.alpha) - err)
+        self.level += self.gamma * ((1.0 - self.target_coverage) - err)
         if score is None:
             return
         self.recent.append(score)

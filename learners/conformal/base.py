@@ -67,7 +67,7 @@ class ConformalLearner(Learner):
 
     @classmethod
     def parameters(cls) -> frozenset[str]:
-        return frozenset(cls.PARAMS | {"target_coverage"})
+        return frozenset(cls.PARAMS | {"alpha"})  # target_coverage's former name
 
     @classmethod
     def stats_on_decided(
@@ -181,7 +181,7 @@ class ConformalLearner(Learner):
         self.observe(None)  # timeouts count as misses: safe, they can only lower tau
         return Learned(done=True, metrics={"covered": 0.0, "timed_out": 1.0})
 
-    alpha: float  # target coverage, set by every algorithm
+    target_coverage: float  # set by every algorithm
 
     def summary(self) -> dict[str, float | list[float]]:
-        return {"threshold": self.threshold, "coverage_target": self.alpha}
+        return {"threshold": self.threshold, "coverage_target": self.target_coverage}

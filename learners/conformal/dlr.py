@@ -7,15 +7,15 @@ Sign convention. Angelopoulos et al. use nonconformity scores (lower = more conf
 ``{y : s(y) <= q}`` and ``q_{t+1} = q_t + eta_t (err_t - a)``. Here higher score = more
 likely and sets are ``{y : score(y) >= tau}``, so ``tau`` plays ``-q``:
 
-    tau_{t+1} = tau_t - eta_t (err_t - (1 - alpha)),   eta_t = lr * t^(-0.6),
+    tau_{t+1} = tau_t - eta_t (err_t - (1 - c)),   eta_t = lr * t^(-0.6),
 
 with ``err_t = 1[miss]`` and ``t`` the number of incorporated feedbacks (1 for the first).
-A miss lowers ``tau`` by ``eta_t alpha`` (a bigger set); a covered round raises it by
-``eta_t (1 - alpha)``. The exponent 0.6 is the paper's ``t^(-1/2 - 0.1)``. Over a stream
-the miss rate is driven to ``1 - alpha``; how fast ``tau`` reaches ``tau*`` depends on
+A miss lowers ``tau`` by ``eta_t c`` (a bigger set); a covered round raises it by
+``eta_t (1 - c)``. The exponent 0.6 is the paper's ``t^(-1/2 - 0.1)``. Over a stream
+the miss rate is driven to ``1 - c``; how fast ``tau`` reaches ``tau*`` depends on
 ``lr`` relative to the score scale, which is the sensitivity the paper reports (logits).
-On U(0, 1) scores (alpha = 0.9, 10^4 rounds, start 0) ``lr = 1`` keeps the coverage rate at
-alpha but oscillates around ``tau*`` (above it in about 40% of rounds), while ``lr = 0.03``
+On U(0, 1) scores (c = 0.9, 10^4 rounds, start 0) ``lr = 1`` keeps the coverage rate at
+c but oscillates around ``tau*`` (above it in about 40% of rounds), while ``lr = 0.03``
 climbs from below and never crosses it.
 
 Start: the gradient rule needs a finite start, ``initial_threshold`` (default 0.0); pick a
@@ -23,13 +23,14 @@ value at or below the expected ``tau*`` ("start from a conservative tau") in the
 units, e.g. 0 for probabilities or cosine similarities. The first set is then large and the
 threshold climbs from below.
 
-Parameters: ``alpha`` target coverage (default 0.9); ``lr`` (default 1.0);
+Parameters: ``target_coverage`` c (default 0.9; former name
+``alpha``); ``lr`` (default 1.0);
 ``initial_threshold`` (default 0.0). State: ``tau`` and ``t``.
 
 >>> import numpy as np
 >>> from banditflow.learners.conformal.dlr import DLR
 >>> rng = np.random.default_rng(0)
->>> dlr = DLR.from_params({"alpha": 0.9, "lr": 0.1})
+>>> dlr = DLR.from_params({"target_coverage": 0.9, "lr": 0.1})
 >>> covered_rounds = 0
 >>> for t in range(2000):  # the true label "a" scores U(0, 1), so tau* = 0.1
 ...     decided = dlr.decide({"labels": ["a", "b"], "scores": [rng.uniform(), -1.0]}, rng)
@@ -57,10 +58,10 @@ class DLR(ConformalLearner):
     """Decaying-learning-rate gradient steps on the threshold; see the module docstring."""
 
     algorithm: ClassVar[str] = "dlr"
-    PARAMS: ClassVar[set[str]] = {"alpha", "lr", "initial_threshold"}
+    PARAMS: ClassVar[set[str]] = {"target_coverage", "lr", "initial_threshold"}
 
-    def __init__(self, alpha: float, lr: float, initial_threshold: float) -> None:
-        self.alpha = alpha
+    def __init__(self, target_coverage: float, lr: float, initial_threshold: float) -> None:
+        self.target_coverage = target_coverage
         self.lr = lr
         self.tau = initial_threshold
         self.t = 0  # incorporated feedbacks
@@ -68,12 +69,12 @@ class DLR(ConformalLearner):
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> Self:
         check_unknown(params, cls.parameters())
-        alpha = target_coverage(params)
+        coverage = target_coverage(params)
         lr = require(params, "lr", float, 1.0)
         if lr <= 0.0:
             raise LearnerError(f"parameter 'lr' (learning rate) must be > 0, got {lr}")
         initial_threshold = require(params, "initial_threshold", float, 0.0)
-        return cls(alpha, lr, initial_threshold)
+        return cls(coverage, lr, initial_threshold)
 
     @property
     def threshold(self) -> float:
@@ -84,7 +85,7 @@ class DLR(ConformalLearner):
         self.t += 1
         err = 1.0 if score is None else 0.0
         step = self.lr * self.t ** (-STEP_DECAY)
-        self.tau -= step * (err - (1.0 - self.alpha))
+        self.tau -= step * (err - (1.0 - self.target_coverage))
 
     def to_state(self) -> dict[str, Any]:
         return {"tau": self.tau, "t": self.t}

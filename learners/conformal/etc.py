@@ -3,8 +3,8 @@
 Update rule: output the full set (``tau = -inf``) until ``m = explore_rounds`` feedbacks have
 been incorporated, then commit for good to
 
-    tau = sup{tau : G_m(tau) + eps <= 1 - alpha}
-        = (floor(m (1 - alpha - eps)))-th smallest (0-indexed) of the m exploration values,
+    tau = sup{tau : G_m(tau) + eps <= 1 - c}
+        = (floor(m (1 - c - eps)))-th smallest (0-indexed) of the m exploration values,
 
 where ``G_m`` is the empirical CDF of those values and a miss is substituted by the threshold
 it was decided with (same rule as SPS), which during exploration is ``-inf``: a miss under
@@ -12,28 +12,29 @@ the full set (the true label was not among the candidates, or a timeout) counts 
 below every score. ETC uses ``eps = 0`` (the plug-in quantile, which overshoots ``tau*``
 with probability about 1/2 and then undercovers every round). Con-ETC uses the DKW width
 ``eps = sqrt(ln(2/delta) / (2 m))`` with ``delta = 2 / T^2``, so ``tau <= tau*`` with
-probability at least ``1 - 2/T``; if ``eps > 1 - alpha`` it commits to the full set.
+probability at least ``1 - 2/T``; if ``eps > 1 - c`` it commits to the full set.
 
 Rounds are counted in incorporated feedbacks (as SPS counts ``n``): with delayed feedback
 more than ``m`` decisions get the full set, and feedback arriving after the commit is
 ignored.
 
-Default ``m``: the SPS burn-in for the horizon, ``ceil(ln(T^2) / (2 (1 - alpha)^2))`` (922
-for T = 10^4, alpha = 0.9), so ETC explores exactly as long as SPS outputs full sets. At this
-``m`` Con-ETC's ``eps`` is just below ``1 - alpha`` and it commits to about the smallest
+Default ``m``: the SPS burn-in for the horizon, ``ceil(ln(T^2) / (2 (1 - c)^2))`` (922
+for T = 10^4, c = 0.9), so ETC explores exactly as long as SPS outputs full sets. At this
+``m`` Con-ETC's ``eps`` is just below ``1 - c`` and it commits to about the smallest
 exploration score (nearly the full set); the paper grid-searches ``m``, so set
 ``explore_rounds`` explicitly for Con-ETC.
 
-Memory: only the ``floor(m (1 - alpha - eps)) + 1`` smallest exploration scores are kept
+Memory: only the ``floor(m (1 - c - eps)) + 1`` smallest exploration scores are kept
 (``lowest``), and none after the commit.
 
-Parameters: ``alpha`` target coverage (default 0.9); ``horizon`` T (required);
+Parameters: ``target_coverage`` c (default 0.9; former name
+``alpha``); ``horizon`` T (required);
 ``explore_rounds`` m (default above; 1 <= m <= T).
 
 >>> import numpy as np
 >>> from banditflow.learners.conformal.etc import ETC
 >>> rng = np.random.default_rng(0)
->>> etc = ETC.from_params({"alpha": 0.9, "horizon": 2000, "explore_rounds": 500})
+>>> etc = ETC.from_params({"target_coverage": 0.9, "horizon": 2000, "explore_rounds": 500})
 >>> for t in range(2000):  # the true label "a" scores U(0, 1), so tau* = 0.1
 ...     decided = etc.decide({"labels": ["a", "b"], "scores": [rng.uniform(), -1.0]}, rng)
 ...     covered = "a" in decided.output["labels"]
@@ -57,22 +58,23 @@ from banditflow.learners.conformal.base import ConformalLearner, target_coverage
 from banditflow.learners.conformal.sps import fixed_log_term
 
 
-def sps_burn_in(alpha: float, horizon: int) -> int:
-    """Feedbacks SPS needs before eps_n <= 1 - alpha (it outputs full sets until then)."""
-    return math.ceil(fixed_log_term(horizon) / (2.0 * (1.0 - alpha) ** 2))
+def sps_burn_in(coverage: float, horizon: int) -> int:
+    """Feedbacks SPS needs before eps_n <= 1 - c (it outputs full sets until then)."""
+    return math.ceil(fixed_log_term(horizon) / (2.0 * (1.0 - coverage) ** 2))
 
 
 class ETC(ConformalLearner):
     """Explore-then-commit to the empirical quantile; see the module docstring."""
 
     algorithm: ClassVar[str] = "etc"
-    PARAMS: ClassVar[set[str]] = {"alpha", "horizon", "explore_rounds"}
+    PARAMS: ClassVar[set[str]] = {"target_coverage", "horizon", "explore_rounds"}
 
-    def __init__(self, alpha: float, horizon: int, explore_rounds: int) -> None:
-        self.alpha = alpha
+    def __init__(self, target_coverage: float, horizon: int, explore_rounds: int) -> None:
+        self.target_coverage = target_coverage
         self.horizon = horizon
         self.explore_rounds = explore_rounds
-        self.rank = math.floor(explore_rounds * (1.0 - alpha - self.width()))  # < 0: full set
+        # < 0: the full set
+        self.rank = math.floor(explore_rounds * (1.0 - target_coverage - self.width()))
         self.n = 0  # exploration feedbacks incorporated
         self.n_miss = 0
         self.lowest: list[float] = []  # the rank + 1 smallest exploration scores, sorted
@@ -86,20 +88,20 @@ class ETC(ConformalLearner):
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> Self:
         check_unknown(params, cls.parameters())
-        alpha = target_coverage(params)
+        coverage = target_coverage(params)
         if params.get("horizon") is None:
             raise LearnerError(f"{cls.algorithm} needs parameter 'horizon' (T)")
         horizon = require(params, "horizon", int)
         if horizon < 2:
             raise LearnerError(f"parameter 'horizon' must be >= 2, got {horizon}")
-        explore_rounds = require(params, "explore_rounds", int, sps_burn_in(alpha, horizon))
+        explore_rounds = require(params, "explore_rounds", int, sps_burn_in(coverage, horizon))
         if not 1 <= explore_rounds <= horizon:
             source = "" if params.get("explore_rounds") is not None else " (default: SPS burn-in)"
             raise LearnerError(
                 f"parameter 'explore_rounds'{source} must be in [1, horizon={horizon}], "
                 f"got {explore_rounds}"
             )
-        return cls(alpha, horizon, explore_rounds)
+        return cls(coverage, horizon, explore_rounds)
 
     @property
     def threshold(self) -> float:

@@ -1,13 +1,13 @@
 """SPS: Semi-bandit Prediction Sets (Ge, Bastani & Bastani), in order-statistic form.
 
 The learner outputs ``C_t = {y : score(y) >= tau}``. On feedback it inverts the DKW upper
-bound of the empirical CDF of ``max(tau, s_j)`` at ``1 - alpha`` and only ever raises ``tau``.
+bound of the empirical CDF of ``max(tau, s_j)`` at ``1 - c`` and only ever raises ``tau``.
 Misses (and timeouts) are substituted by the threshold they were decided with, which is at
 most the current ``tau``, so they are simply counted in ``n_le``.
 
 State: ``n`` incorporated feedbacks, ``n_le`` values at or below ``tau``, and the sorted
 observed scores above ``tau`` (``above``). With a known horizon ``T`` the selected rank never
-exceeds ``(1 - alpha) T``, so only the ``ceil((1 - alpha) T) + 1`` smallest values are kept
+exceeds ``(1 - c) T``, so only the ``ceil((1 - c) T) + 1`` smallest values are kept
 (``memory_bound``); values that would rank higher are counted in ``dropped`` and their
 minimum kept in ``drop_floor``. Should a rank ever fall among the dropped values (only past
 the horizon) the threshold is rounded **down** to ``drop_floor``, which keeps it safe.
@@ -23,7 +23,7 @@ threshold is looked up, stay (nearly) exact and the coarse entries sit far above
 (a low-biased quantile sketch). The selected rank is looked up by cumulative count, so an
 order statistic that falls inside a merged entry is rounded down to that entry's value. The
 rank-based trim above is not used in this mode; the state holds at most ``m`` values and ``m``
-counts. Measured on N(1, 1) scores (alpha = 0.9, anytime, 5 x 10^4 rounds): the final
+counts. Measured on N(1, 1) scores (c = 0.9, anytime, 5 x 10^4 rounds): the final
 threshold is within about 0.01 of the exact learner's at ``m = 256``, about 0.1 at ``m = 64``
 (tests/unit/test_sps_memory.py).
 
@@ -48,7 +48,7 @@ of the bounded learner contains the optimal set; the price is only a slower appr
 >>> import numpy as np
 >>> from banditflow.learners.conformal.sps import SPS
 >>> rng = np.random.default_rng(0)
->>> sps = SPS.from_params({"alpha": 0.9, "horizon": 2000})
+>>> sps = SPS.from_params({"target_coverage": 0.9, "horizon": 2000})
 >>> for t in range(2000):  # the true label "a" scores U(0, 1), so tau* = 0.1
 ...     decided = sps.decide({"labels": ["a", "b"], "scores": [rng.uniform(), -1.0]}, rng)
 ...     covered = "a" in decided.output["labels"]
@@ -85,7 +85,8 @@ def anytime_log_term(n: int, delta: float) -> float:
 class SPS(ConformalLearner):
     """SPS with the paper's fixed-horizon schedule or an anytime schedule.
 
-    Parameters: ``alpha`` target coverage (default 0.9); ``horizon`` T (fixed schedule);
+    Parameters: ``target_coverage`` c (default 0.9; former name ``alpha``); ``horizon`` T
+    (fixed schedule);
     ``schedule`` ``"fixed"`` (delta = 2/T^2, the paper's) or ``"anytime"``
     (delta_n = 6 delta / (pi^2 n^2), no horizon needed); ``delta`` for the anytime schedule
     (default 0.01); ``max_values`` (default none: exact) bounds the stored scores by merging
@@ -93,17 +94,17 @@ class SPS(ConformalLearner):
     """
 
     algorithm: ClassVar[str] = "sps"
-    PARAMS: ClassVar[set[str]] = {"alpha", "horizon", "schedule", "delta", "max_values"}
+    PARAMS: ClassVar[set[str]] = {"target_coverage", "horizon", "schedule", "delta", "max_values"}
 
     def __init__(
         self,
-        alpha: float,
+        target_coverage: float,
         schedule: str,
         horizon: int | None,
         delta: float,
         max_values: int | None = None,
     ) -> None:
-        self.alpha = alpha
+        self.target_coverage = target_coverage
         self.schedule = schedule
         self.horizon = horizon
         self.delta = delta
@@ -117,7 +118,7 @@ class SPS(ConformalLearner):
         # With max_values, ``above`` holds distinct values and ``weights`` their counts.
         self.weights: list[int] | None = [] if max_values is not None else None
         self.memory_bound = (
-            math.ceil((1.0 - alpha) * horizon) + 1
+            math.ceil((1.0 - target_coverage) * horizon) + 1
             if schedule == "fixed" and horizon and max_values is None
             else None
         )
@@ -126,7 +127,7 @@ class SPS(ConformalLearner):
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> Self:
         check_unknown(params, cls.parameters())
-        alpha = target_coverage(params)
+        coverage = target_coverage(params)
         horizon = params.get("horizon")
         schedule = str(params.get("schedule") or ("fixed" if horizon is not None else "anytime"))
         if schedule not in ("fixed", "anytime"):
@@ -152,7 +153,7 @@ class SPS(ConformalLearner):
                 raise LearnerError(
                     f"parameter 'max_values' must be >= {MIN_MAX_VALUES}, got {max_values}"
                 )
-        return cls(alpha, schedule, horizon, delta, max_values)
+        return cls(coverage, schedule, horizon, delta, max_values)
 
     @property
     def threshold(self) -> float:
@@ -178,9 +179,9 @@ class SPS(ConformalLearner):
         if self.memory_bound is not None and self.n_le + len(self.above) > self.memory_bound:
             self._trim()
         eps = self.epsilon(self.n)
-        if eps > 1.0 - self.alpha:
+        if eps > 1.0 - self.target_coverage:
             return  # burn-in: the DKW band is too wide to exclude any label yet
-        k = math.floor(self.n * (1.0 - self.alpha - eps))
+        k = math.floor(self.n * (1.0 - self.target_coverage - eps))
         if k < self.n_le:
             return
         index = k - self.n_le
@@ -208,9 +209,9 @@ class SPS(ConformalLearner):
                 if len(above) > self.max_values:  # type: ignore[operator]
                     self._merge_down(above, weights)
         eps = self.epsilon(self.n)
-        if eps > 1.0 - self.alpha:
+        if eps > 1.0 - self.target_coverage:
             return
-        k = math.floor(self.n * (1.0 - self.alpha - eps))
+        k = math.floor(self.n * (1.0 - self.target_coverage - eps))
         if k < self.n_le:
             return
         rank = k - self.n_le  # 0-indexed, < n - n_le = sum(weights)
@@ -246,7 +247,7 @@ class SPS(ConformalLearner):
 
     def _trim(self) -> None:
         """Drop the values whose rank exceeds the memory bound: ranks only grow, and no rank
-        above (1 - alpha) T is ever selected within the horizon."""
+        above (1 - c) T is ever selected within the horizon."""
         while self.above and self.n_le + len(self.above) > self.memory_bound:  # type: ignore[operator]
             largest = self.above.pop()
             self.dropped += 1

@@ -72,8 +72,9 @@ class SquareCBG(GraphCBLearner):
 
 class SquareCB(GraphCBLearner):
     """SquareCB (inverse-gap weighting): ``p_a = 1 / (K + gamma (f_a - f_b))`` for a != b =
-    argmin f, the rest on b. Ignores the graph when choosing p (its sqrt_alpha schedule uses
-    alpha = K, the bandit graph's), but learns from every revealed loss."""
+    argmin f, the rest on b, K the event's number of actions. Ignores the graph when choosing
+    p (its sqrt_alpha schedule uses alpha = K, the bandit graph's), but learns from every
+    revealed loss."""
 
     algorithm: ClassVar[str] = "squarecb"
 
@@ -81,13 +82,13 @@ class SquareCB(GraphCBLearner):
         _reject_doubling(self)
 
     def exploration_alpha(self, graph: np.ndarray, per_event: bool) -> int:
-        return self.actions
+        return int(graph.shape[0])
 
     def distribution(
         self, fhat: np.ndarray, graph: np.ndarray, gamma: float
     ) -> tuple[np.ndarray, float]:
         best = int(np.argmin(fhat))
-        p = 1.0 / (self.actions + gamma * (fhat - fhat[best]))
+        p = 1.0 / (len(fhat) + gamma * (fhat - fhat[best]))
         p[best] = 0.0
         p[best] = 1.0 - p.sum()
         return p, decision_estimation_coefficient(p, fhat, graph, gamma)
@@ -109,7 +110,7 @@ class EpsilonGreedy(GraphCBLearner):
     def distribution(
         self, fhat: np.ndarray, graph: np.ndarray, gamma: float
     ) -> tuple[np.ndarray, float]:
-        p = np.full(self.actions, self.epsilon / self.actions)
+        p = np.full(len(fhat), self.epsilon / len(fhat))
         p[int(np.argmin(fhat))] += 1.0 - self.epsilon
         return p, decision_estimation_coefficient(p, fhat, graph, gamma)
 

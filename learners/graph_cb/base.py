@@ -25,6 +25,11 @@ Events: context ``{"features": [...] or [[...] per action], "graph": optional K 
 feedback ``{"losses": {"<action index>": loss in [-1, 1], ...}}`` with the losses the graph
 revealed; a timeout is no observation. The decision output carries ``action``, ``p``,
 ``gamma`` and ``dec`` (dec of p under the event's graph; None when infinite).
+
+**Candidate sets.** With ``action_features`` the learner takes the other form: each context
+offers its own candidates, ``"actions": [{"id", "features"}, ...]``, scored by one regressor
+on (context, candidate) pair features; the output adds ``action_id`` and ``p`` is over the
+event's candidates; feedback may key losses by id (:mod:`banditflow.learners.graph_cb.candidates`).
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from banditflow.learners.base import (
     check_unknown,
     require,
 )
+from banditflow.learners.graph_cb.candidates import CandidateForm, candidate_index, pair_features
 from banditflow.learners.graph_cb.graphs import as_graph, independence_number, named_graph
 from banditflow.learners.graph_cb.oracles import Oracle, build_oracle
 from banditflow.learners.graph_cb.schedules import GammaSchedule
@@ -65,7 +71,7 @@ class GraphCBLearner(Learner):
     COMMON_PARAMS: ClassVar[set[str]] = {
         "actions", "graph", "graph_kind", "feature_dim", "feature_layout", "update",
         "learning_rate", "ridge", "bias", "oracle", "hidden_size", "oracle_seed",
-        "initial_oracle", *GammaSchedule.PARAMS,
+        "initial_oracle", "action_features", "max_actions", *GammaSchedule.PARAMS,
     }
     EXTRA_PARAMS: ClassVar[set[str]] = set()
 
@@ -75,9 +81,10 @@ class GraphCBLearner(Learner):
 
     def __init__(
         self, params: Mapping[str, Any], graph: np.ndarray | None, oracle: Oracle,
-        schedule: GammaSchedule,
+        schedule: GammaSchedule, form: CandidateForm | None = None,
     ) -> None:
         self.params = dict(params)
+        self.form = form  # None: the fixed-K form
         self.actions = oracle.actions
         self.graph = graph
         self.graph_alpha = None if graph is None else independence_number(graph)
@@ -88,6 +95,12 @@ class GraphCBLearner(Learner):
     def from_params(cls, params: Mapping[str, Any]) -> Self:
         check_unknown(params, cls.parameters())
         graph = None
+        form = CandidateForm.of(params, MAX_ACTIONS)
+        if form is not None:
+            oracle = build_oracle(params, form.max_actions, pair_dim=form.pair_dim)
+            if params.get("graph_kind") is not None:
+                named_graph(str(params["graph_kind"]), 1)  # (a bad name: refused now)
+            return cls._built(params, None, oracle, form)
         if params.get("graph") is not None and params.get("graph_kind") is not None:
             raise LearnerError("give either parameter 'graph' or 'graph_kind', not both")
         if params.get("graph") is not None:
@@ -101,14 +114,18 @@ class GraphCBLearner(Learner):
             raise LearnerError(f"'graph' has {graph.shape[0]} actions but 'actions' is {actions}")
         if params.get("graph_kind") is not None:
             graph = named_graph(str(params["graph_kind"]), actions)
-        oracle = build_oracle(params, actions)
+        return cls._built(params, graph, build_oracle(params, actions), None)
+
+    @classmethod
+    def _built(cls, params: Mapping[str, Any], graph: np.ndarray | None, oracle: Oracle,
+               form: CandidateForm | None) -> Self:
         if params.get("initial_oracle") is not None:
             try:
                 oracle.load_state(params["initial_oracle"])
             except (KeyError, TypeError, ValueError) as exc:  # (LearnerError is a ValueError)
                 raise LearnerError(f"parameter 'initial_oracle' is not a state of this "
                                    f"oracle: {exc}") from None
-        learner = cls(params, graph, oracle, GammaSchedule.from_params(params))
+        learner = cls(params, graph, oracle, GammaSchedule.from_params(params), form)
         learner.check_params()
         return learner
 
@@ -128,9 +145,14 @@ class GraphCBLearner(Learner):
         return self.graph_alpha
 
     def decide(self, context: Mapping[str, Any], rng: np.random.Generator) -> Decided:
+        if self.form is not None:
+            return self._decide_among(context, rng)
         features = context.get("features")
         if features is None:
             raise LearnerError("a graph_cb context needs 'features'")
+        if context.get("actions") is not None:
+            raise LearnerError("'actions' (candidates) given, but the learner has a fixed K "
+                               "(configure 'action_features' for candidate sets)")
         per_event = context.get("graph") is not None
         if per_event:
             graph = as_graph(context["graph"], self.actions)
@@ -139,10 +161,42 @@ class GraphCBLearner(Learner):
                                "'graph' with every context")
         else:
             graph = self.graph
-        fhat = self.oracle.predict(features)
+        output, pending = self._decided(self.oracle.predict(features), graph, per_event, rng)
+        pending["features"] = features
+        if per_event:
+            pending["graph"] = graph.tolist()
+        return Decided(output=output, pending=pending)
+
+    def _decide_among(self, context: Mapping[str, Any], rng: np.random.Generator) -> Decided:
+        """A decision over the context's own candidates (the candidate-set form)."""
+        assert self.form is not None
+        shared = self.form.shared(context.get("features"))
+        offered = self.form.offered(context.get("actions"))
+        graph = self.event_graph(context.get("graph"), len(offered.ids))
+        fhat = self.oracle.predict(pair_features(shared, offered.features))
+        output, pending = self._decided(fhat, graph, True, rng)
+        output["action_id"] = offered.ids[output["action"]]
+        pending |= {"features": shared.tolist(), "ids": offered.ids,
+                    "candidates": offered.features.tolist()}
+        if context.get("graph") is not None:
+            pending["graph"] = graph.tolist()
+        return Decided(output=output, pending=pending)
+
+    def event_graph(self, given: Any, candidates: int) -> np.ndarray:
+        """A candidate set's graph: the context's, else the ``graph_kind`` over its size."""
+        if given is not None:
+            return as_graph(given, candidates)
+        if self.params.get("graph_kind") is None:
+            raise LearnerError("no feedback graph: set parameter 'graph_kind' or send 'graph' "
+                               "with every context")
+        return named_graph(str(self.params["graph_kind"]), candidates)
+
+    def _decided(self, fhat: np.ndarray, graph: np.ndarray, per_event: bool,
+                 rng: np.random.Generator) -> tuple[JSON, JSON]:
+        """The output and pending state of a decision on predicted losses ``fhat``."""
         gamma = self.schedule.gamma(self.exploration_alpha(graph, per_event))
         p, dec = self.distribution(fhat, graph, gamma)
-        action = int(rng.choice(self.actions, p=p))
+        action = int(rng.choice(len(p), p=p))
         self.schedule.record_decision(dec)
         output = {
             "action": action,
@@ -150,16 +204,17 @@ class GraphCBLearner(Learner):
             "gamma": gamma,
             "dec": dec if math.isfinite(dec) else None,
         }
-        pending: JSON = {"features": features, "action": action, "p": output["p"],
-                         "gamma": gamma}
-        if per_event:
-            pending["graph"] = graph.tolist()
-        return Decided(output=output, pending=pending)
+        return output, {"action": action, "p": output["p"], "gamma": gamma}
 
     def learn(self, pending: Mapping[str, Any], feedback: Mapping[str, Any]) -> Learned:
         revealed = self._revealed_losses(pending, feedback)
         for action, loss in revealed.items():
-            self.oracle.update(pending["features"], action, loss)
+            if self.form is None:
+                self.oracle.update(pending["features"], action, loss)
+            else:  # only the revealed candidate's pair features
+                pair = pair_features(np.asarray(pending["features"], dtype=float),
+                                     np.asarray([pending["candidates"][action]], dtype=float))
+                self.oracle.update(pair, 0, loss)
         self.schedule.record_learn()
         metrics = {"revealed": float(len(revealed))}
         played = int(pending["action"])
@@ -175,14 +230,23 @@ class GraphCBLearner(Learner):
         if not isinstance(losses, Mapping):
             raise LearnerError("graph_cb feedback needs 'losses': {action index: loss}")
         graph = self.graph if pending.get("graph") is None else np.asarray(pending["graph"])
+        ids = None
+        if self.form is not None:
+            ids = list(pending["ids"])
+            if pending.get("graph") is None:
+                graph = self.event_graph(None, len(ids))
         played = int(pending["action"])
         revealed: dict[int, float] = {}
         for key, value in losses.items():
+            if ids is not None:
+                action = candidate_index(ids, str(key))
             try:
-                action, loss = int(key), float(value)
+                loss = float(value)
+                if ids is None:
+                    action = int(key)
             except (TypeError, ValueError) as exc:
                 raise LearnerError(f"bad revealed loss {key!r}: {value!r}") from exc
-            if not 0 <= action < self.actions:
+            if ids is None and not 0 <= action < self.actions:
                 raise ContradictingFeedback(
                     f"revealed action {action} is not in [0, {self.actions})"
                 )
@@ -190,8 +254,11 @@ class GraphCBLearner(Learner):
                 raise LearnerError(f"loss of action {action} must lie in [-1, 1], got {loss}")
             if graph is not None and graph[played, action] <= 0.0:
                 raise ContradictingFeedback(
-                    f"playing {played} cannot reveal action {action} (G = 0)"
+                    f"playing {played} cannot reveal action {action}"
+                    f"{'' if ids is None else f' ({ids[action]!r})'} (G = 0)"
                 )
+            if ids is not None and action in revealed:
+                raise LearnerError(f"two losses for action {action} (by id and by index)")
             revealed[action] = loss
         return revealed
 
@@ -223,6 +290,10 @@ class GraphCBLearner(Learner):
         """
         fresh = {k: v for k, v in params.items() if k != "initial_oracle"}
         learner = cls.from_params(fresh)
+        if learner.form is not None:
+            for example in logged:
+                learner.learn(*learner._as_learned(example))
+            return {**fresh, "initial_oracle": learner.to_state()["oracle"]}
         graph = learner.graph
         for example in logged:
             losses = {str(example.action): -example.reward}
@@ -232,6 +303,22 @@ class GraphCBLearner(Learner):
             learner.learn({"features": example.features, "action": example.action},
                           {"losses": losses})
         return {**fresh, "initial_oracle": learner.to_state()["oracle"]}
+
+    def _as_learned(self, example: LoggedExample) -> tuple[JSON, JSON]:
+        """The pending state and feedback of a logged candidate-set round: the played
+        candidate's loss, and those of the others it revealed when the learner's
+        ``graph_kind`` lets the played one reveal them (a logged per-event graph is not kept)."""
+        candidates = example.candidates or []
+        ids = [str(c["id"]) for c in candidates]
+        kind = self.params.get("graph_kind")
+        graph = np.eye(len(ids)) if kind is None else named_graph(str(kind), len(ids))
+        losses = {ids[example.action]: -example.reward}
+        losses |= {ids[a]: -reward for a, reward in example.revealed.items()
+                   if a < len(ids) and graph[example.action, a] > 0}
+        pending = {"features": example.features or [], "ids": ids,
+                   "candidates": [c["features"] for c in candidates], "action": example.action,
+                   "graph": graph.tolist()}
+        return pending, {"losses": losses}
 
     @classmethod
     def stats_on_truth(

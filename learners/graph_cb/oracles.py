@@ -5,7 +5,10 @@
 * ``shared``: one feature vector x for the event, one weight vector per action,
   ``fhat_a = <w_a, x>``;
 * ``per_action``: one feature vector x_a per action, one shared weight vector,
-  ``fhat_a = <w, x_a>``.
+  ``fhat_a = <w, x_a>``;
+* ``pairs`` (not a parameter: a learner with ``action_features`` builds it, see
+  :mod:`banditflow.learners.graph_cb.candidates`): as ``per_action``, on the features of each
+  (context, candidate) pair, for 1 to ``actions`` candidates an event.
 
 Updates are unweighted square-loss steps, either online gradient descent (``sgd``, constant
 learning rate) or recursive least squares (``rls``, online ridge regression; keeps a D x D
@@ -53,6 +56,7 @@ from banditflow.learners.base import (
 from banditflow.learners.torch_support import import_torch, one_thread
 
 LAYOUTS = ("shared", "per_action")
+ORACLE_LAYOUTS = (*LAYOUTS, "pairs")  # pairs: built for candidate sets, never named by params
 UPDATES = ("sgd", "rls")
 
 
@@ -69,7 +73,7 @@ class LinearOracle:
         ridge: float = 1.0,
         bias: bool = True,
     ) -> None:
-        if layout not in LAYOUTS:
+        if layout not in ORACLE_LAYOUTS:
             raise LearnerError(
                 f"parameter 'feature_layout' must be one of {LAYOUTS}, got {layout!r}"
             )
@@ -102,19 +106,7 @@ class LinearOracle:
 
     def features(self, x: Sequence[Any] | np.ndarray) -> np.ndarray:
         """The validated feature array of one context (D or K x D), bias column appended."""
-        try:
-            array = np.asarray(x, dtype=float)
-        except (TypeError, ValueError) as exc:
-            raise LearnerError(f"'features' must be numbers: {exc}") from exc
-        expected: tuple[int, ...] = (self.feature_dim,)
-        if self.layout == "per_action":
-            expected = (self.actions, self.feature_dim)
-        if array.shape != expected:
-            raise LearnerError(
-                f"'features' must have shape {expected} ({self.layout} layout), got {array.shape}"
-            )
-        if not np.all(np.isfinite(array)):
-            raise LearnerError("'features' must be finite")
+        array = checked_features(x, self.actions, self.feature_dim, self.layout)
         if self.bias:
             array = np.concatenate([array, np.ones((*array.shape[:-1], 1))], axis=-1)
         return array
@@ -198,12 +190,15 @@ class Oracle(Protocol):
 def checked_features(
     x: Sequence[Any] | np.ndarray, actions: int, feature_dim: int, layout: str
 ) -> np.ndarray:
-    """The validated feature array of one context: D (shared) or K x D (per_action)."""
+    """The validated feature array of one context: D (shared), K x D (per_action) or n x D
+    with 1 <= n <= K (pairs)."""
     try:
         array = np.asarray(x, dtype=float)
     except (TypeError, ValueError) as exc:
         raise LearnerError(f"'features' must be numbers: {exc}") from exc
     expected = (feature_dim,) if layout == "shared" else (actions, feature_dim)
+    if layout == "pairs" and array.ndim == 2 and 1 <= array.shape[0] <= actions:
+        expected = (array.shape[0], feature_dim)
     if array.shape != expected:
         raise LearnerError(
             f"'features' must have shape {expected} ({layout} layout), got {array.shape}"
@@ -253,7 +248,7 @@ class NeuralOracle:
         seed: int = 0,
     ) -> None:
         torch = import_torch("the neural oracle")
-        if layout not in LAYOUTS:
+        if layout not in ORACLE_LAYOUTS:
             raise LearnerError(
                 f"parameter 'feature_layout' must be one of {LAYOUTS}, got {layout!r}"
             )
@@ -369,8 +364,10 @@ class NeuralOracle:
         self.updates = int(state["updates"])
 
 
-def build_oracle(params: Mapping[str, Any], actions: int) -> Oracle:
-    """The oracle chosen by parameter ``oracle`` (``linear``, default, or ``neural``).
+def build_oracle(params: Mapping[str, Any], actions: int, pair_dim: int | None = None) -> Oracle:
+    """The oracle chosen by parameter ``oracle`` (``linear``, default, or ``neural``); with
+    ``pair_dim``, one regressor on pair features of that length for up to ``actions``
+    candidates (the ``pairs`` layout), else the ``feature_layout`` on ``feature_dim``.
 
     ``linear``: ``update`` (sgd | rls), ``learning_rate`` (0.1), ``ridge`` (1), ``bias``.
     ``neural`` (needs torch, the ``neural`` extra): ``hidden_size`` (default 32; 0 is the
@@ -381,8 +378,14 @@ def build_oracle(params: Mapping[str, Any], actions: int) -> Oracle:
     kind = str(params.get("oracle") or "linear")
     if kind not in ORACLES:
         raise LearnerError(f"parameter 'oracle' must be one of {ORACLES}, got {kind!r}")
-    layout = str(params.get("feature_layout") or "shared")
-    feature_dim = require(params, "feature_dim", int, at_most=MAX_STATE_NUMBERS)
+    if pair_dim is None:
+        layout = str(params.get("feature_layout") or "shared")
+        if layout not in LAYOUTS:
+            raise LearnerError(
+                f"parameter 'feature_layout' must be one of {LAYOUTS}, got {layout!r}")
+        feature_dim = require(params, "feature_dim", int, at_most=MAX_STATE_NUMBERS)
+    else:
+        layout, feature_dim = "pairs", pair_dim
     bias = bool(params.get("bias", True))
     if kind == "linear":
         given = [name for name in NEURAL_PARAMS if params.get(name) is not None]

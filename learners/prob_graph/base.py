@@ -11,7 +11,8 @@ Event contract:
 - feedback: ``{"rewards": {"<arm>": reward, ...}, "complete": bool}`` with the rewards of the
   arms whose edges fired (the played arm only if it revealed itself). Partial feedback may
   arrive in several events; each arm's reward is applied once per decision. ``complete``
-  defaults to True and closes the decision.
+  defaults to True and closes the decision; complete feedback that lacks an arm the played
+  arm always reveals (edge probability 1) is contradicting.
 - timeout (``expire``): the decision closes with whatever was observed; nothing more is
   learned from it.
 
@@ -193,6 +194,14 @@ class ProbGraphLearner(Learner):
             raise ContradictingFeedback(
                 f"feedback reveals arm(s) {impossible}, which playing arm {arm} cannot reveal"
             )
+        if complete:
+            missing = [int(j) for j in np.flatnonzero(self.setting.certain[arm])
+                       if j not in rewards and j not in observed]
+            if missing:
+                raise ContradictingFeedback(
+                    f"complete feedback lacks the reward of arm(s) {missing}, which playing "
+                    f"arm {arm} always reveals (edge probability 1)"
+                )
         metrics: dict[str, float] = {}
         for j, reward in sorted(rewards.items()):
             if j in observed:

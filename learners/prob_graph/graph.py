@@ -138,6 +138,13 @@ class Setting:
         return transitive_closure(positive) if self.case == "cascade" else positive
 
     @cached_property
+    def certain(self) -> np.ndarray:
+        """``certain[i, j]``: playing ``i`` always reveals ``j`` (an edge of probability 1, or
+        in the cascade case a path of them), so complete feedback without ``j`` is false."""
+        sure = self.probabilities >= 1.0
+        return transitive_closure(sure) if self.case == "cascade" else sure
+
+    @cached_property
     def parents(self) -> np.ndarray:
         return np.argmax(self.probabilities, axis=0)
 

@@ -158,6 +158,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
                 feedback_timeout=args.feedback_timeout,
                 progress=progress,
             )
+            if progress is not None:
+                progress.finish(len(rows))
             summary = {
                 "family": args.family,
                 "learner": algorithm,

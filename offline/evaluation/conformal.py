@@ -9,15 +9,16 @@ set held every candidate (a miss would contradict such a set: the timeout settle
 
 Reported with the log's own ground truth (the empirical distribution of true-label scores):
 G*(tau) = share of rounds whose true label scores below tau (the miscoverage of the set
-``{score >= tau}``), tau* = sup{tau : G*(tau) <= 1 - alpha}, undercoverage = rounds with
-tau_t > tau*, and regret sum_t phi(tau*) - phi(tau_t) with the paper's phi
-(lambda1 = 0.1 below the target miscoverage, lambda2 = 10 above).
+``{score >= tau}``), tau* = sup{tau : G*(tau) <= 1 - c} for the target coverage c,
+undercoverage = rounds with tau_t > tau*, and regret sum_t phi(tau*) - phi(tau_t) with the
+paper's phi (lambda1 = 0.1 below the target miscoverage, lambda2 = 10 above).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -116,24 +117,19 @@ class ConformalTask:
 
     family = "conformal"
 
-    def __init__(self, records: list[dict[str, Any]], alpha: float) -> None:
+    def __init__(self, records: list[dict[str, Any]], target_coverage: float) -> None:
         self.records = records
-        self.alpha = alpha
+        self.target_coverage = target_coverage  # the learners', a live application's figure
         self.round_true_scores = [true_score(r) for r in records]
         self.round_min_scores = [min(r["scores"]) for r in records]
         # A true label that is not a candidate scores below everything: -inf in G*.
         self.true_scores = np.sort(np.nan_to_num(self.round_true_scores, nan=-np.inf))
         n = len(self.true_scores)
-        # #{s < tau} <= floor(n (1 - alpha)) holds exactly up to the (floor + 1)-th score
+        # #{s < tau} <= floor(n (1 - c)) holds exactly up to the (floor + 1)-th score
         # (the epsilon keeps e.g. 10 * (1 - 0.8) = 1.9999999999999996 from flooring to 1).
-        rank = math.floor(n * (1.0 - alpha) + 1e-9)
+        rank = math.floor(n * (1.0 - target_coverage) + 1e-9)
         self.tau_star = float(self.true_scores[min(rank, n - 1)])
-        self.target_miscoverage = 1.0 - alpha
-
-    @property
-    def target_coverage(self) -> float:
-        """The learners' target coverage (a live application's figure)."""
-        return self.alpha
+        self.target_miscoverage = 1.0 - target_coverage
 
     def truth(self, round_: LoggedRound, output: Mapping[str, Any]) -> dict[str, Any]:
         """The truth event a live application sends for this decision: the label and G* of
@@ -200,7 +196,7 @@ class ConformalTask:
         thresholds = columns["threshold"]
         return {
             "rounds": len(rows),
-            "alpha": self.alpha,
+            "target_coverage": self.target_coverage,
             "coverage": float(columns["covered"].mean()),
             "mean_set_size": float(columns["set_size"].mean()),
             "tau_star": finite_or_none(self.tau_star),
@@ -345,8 +341,22 @@ def replay_direct(
     return rows, replay_summary(task.summary(rows), schedule, rejected), learner
 
 
+class DeprecatedAlpha(argparse.Action):
+    """``--alpha``, still accepted as the former name of ``--target-coverage``, says so."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        print("banditflow evaluate: --alpha is deprecated, use --target-coverage (the same "
+              "number: the target coverage)", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
 def add_options(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--alpha", type=float, default=0.9, help="target coverage (default 0.9)")
+    group.add_argument("--target-coverage", type=float, default=0.9,
+                       help="conformal: the learners' target coverage c (default 0.9)")
+    group.add_argument("--alpha", type=float, dest="target_coverage", action=DeprecatedAlpha,
+                       help="deprecated: the former name of --target-coverage (the conformal "
+                       "literature's alpha is the miscoverage 1 - c)")
     group.add_argument(
         "--shuffle", action="store_true", help="replay the log in an order permuted by the seed"
     )
@@ -363,9 +373,9 @@ def build(
     horizon = max(args.horizon or len(records), 2)
 
     def params_for(algorithm: str) -> dict[str, Any]:
-        params: dict[str, Any] = {"alpha": args.alpha}
+        params: dict[str, Any] = {"target_coverage": args.target_coverage}
         if "horizon" in learner_class("conformal", algorithm).parameters():
             params["horizon"] = horizon
         return params
 
-    return ConformalTask(records, args.alpha), params_for
+    return ConformalTask(records, args.target_coverage), params_for

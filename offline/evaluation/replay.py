@@ -279,22 +279,30 @@ def replay_summary(
 
 
 class Progress:
-    """Progress on stderr for long evaluations (at most every two seconds)."""
+    """Progress on stderr for long evaluations: a line every two seconds while the replay
+    runs, then ``finish`` with the rounds replayed (a replay shorter than two seconds prints
+    that line alone)."""
 
     def __init__(self, label: str, total: int | None) -> None:
         self.label = label
         self.total = total
         self.started = time.monotonic()
-        self.last = 0.0
+        self.last = self.started
 
     def __call__(self, done: int) -> None:
         now = time.monotonic()
-        if now - self.last < 2.0 and done != self.total:
-            return
-        self.last = now
+        if now - self.last >= 2.0:
+            self.last = now
+            total = f" of {self.total:,}" if self.total else ""
+            self.line(f"{done:,}{total} rounds", done, now)
+
+    def finish(self, done: int) -> None:
+        now = time.monotonic()
+        self.line(f"{done:,} rounds in {now - self.started:.1f} s", done, now)
+
+    def line(self, text: str, done: int, now: float) -> None:
         rate = done / max(now - self.started, 1e-9)
-        total = f"/{self.total}" if self.total else ""
-        print(f"  {self.label}: {done}{total} rounds ({rate:,.0f}/s)", file=sys.stderr, flush=True)
+        print(f"  {self.label}: {text} ({rate:,.0f}/s)", file=sys.stderr, flush=True)
 
 
 def finite_or_none(value: float) -> float | None:

@@ -54,6 +54,19 @@ def plot_curves(path: Path, runs: Mapping[str, Mapping[str, np.ndarray]], title:
     plt.close(fig)
 
 
+def table_number(value: float) -> str:
+    """Four significant digits, but never an exponent for a count or a large figure:
+    10000 rounds is ``10,000``, not ``1e+04``."""
+    if float(value).is_integer() and abs(value) < 1e15:
+        return f"{int(value):,}"
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
+def table_spread(value: float) -> str:
+    """A standard deviation to two significant digits, without an exponent when large."""
+    return f"{value:,.0f}" if value >= 10 else f"{value:.2g}"
+
+
 def comparison_table(
     summaries: Mapping[str, Sequence[Mapping[str, Any]]], columns: Sequence[str]
 ) -> str:
@@ -68,9 +81,10 @@ def comparison_table(
             values = [r[column] for r in runs if isinstance(r.get(column), int | float)]
             if not values:
                 cells.append("n/a")
-            elif len(values) == 1:
-                cells.append(f"{values[0]:.4g}")
+            elif len(set(values)) == 1:  # one seed, or a figure the seeds share (rounds)
+                cells.append(table_number(values[0]))
             else:
-                cells.append(f"{np.mean(values):.4g} ± {np.std(values):.2g}")
+                cells.append(f"{table_number(float(np.mean(values)))} ± "
+                             f"{table_spread(float(np.std(values)))}")
         lines.append(f"| {learner} | {len(runs)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

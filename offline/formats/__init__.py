@@ -59,22 +59,25 @@ class EventNumbers:
 
 
 def imported_round(numbers: EventNumbers, learner_id: str, event_id: str, ts: float | None,
-                   features: list[float] | list[list[float]], output: dict[str, Any],
+                   fields: dict[str, Any], output: dict[str, Any],
                    loss: float | None, source: str) -> list[dict[str, Any]]:
-    """The context, decision and (with a loss) feedback records of one imported event."""
+    """The context (its family ``fields``), decision and (with a loss) feedback records of one
+    imported event; the loss is keyed by the played candidate's id when the context offered
+    candidates (``action_id`` in ``output``), else by the action's index."""
     envelope = {"learner_id": learner_id, "event_id": event_id}
     if ts is not None:
         envelope["ts"] = ts
     records = [
-        numbers.record("contexts", learner_id, {**envelope, "features": features}, ts),
+        numbers.record("contexts", learner_id, {**envelope, **fields}, ts),
         numbers.record("decisions", learner_id, {
             **envelope, "family": "graph_cb", "algorithm": f"imported:{source}",
             "learner_version": 1, "output": output, "decided_at": ts or 0.0,
         }, ts),
     ]
     if loss is not None:
+        played = str(output.get("action_id", output["action"]))
         records.append(numbers.record(
-            "feedback", learner_id, {**envelope, "losses": {str(output["action"]): loss}}, ts))
+            "feedback", learner_id, {**envelope, "losses": {played: loss}}, ts))
     return records
 
 
@@ -86,6 +89,17 @@ def learner_record(numbers: EventNumbers, learner_id: str, actions: int, feature
         "learner_id": learner_id, "family": "graph_cb", "algorithm": "squarecb_g",
         "params": {"actions": actions, "feature_dim": feature_dim, "feature_layout": layout,
                    "graph_kind": "bandit"},
+    }, None)
+
+
+def candidate_learner_record(numbers: EventNumbers, learner_id: str, feature_dim: int,
+                             action_features: int, most: int) -> dict[str, Any]:
+    """The config of the learner a log of candidate sets is filed under: graph_cb with bandit
+    feedback over each event's candidates (at most ``most``), with their features."""
+    return numbers.record("learners", learner_id, {
+        "learner_id": learner_id, "family": "graph_cb", "algorithm": "squarecb_g",
+        "params": {"feature_dim": feature_dim, "action_features": action_features,
+                   "max_actions": most, "graph_kind": "bandit"},
     }, None)
 
 

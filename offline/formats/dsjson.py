@@ -3,8 +3,9 @@
 One JSON object a line, a contextual-bandit event with action-dependent features:
 
 - ``c``: the context; its fields are the shared features (objects are namespaces), and
-  ``c._multi`` holds one feature object per action; the action index is the 0-based
-  position in ``_multi`` (``constant:J`` of ``banditflow ope`` plays ``_multi[J]``);
+  ``c._multi`` holds one feature object per action: the event's candidates. The action index
+  is the 0-based position in ``_multi`` (``constant:J`` of ``banditflow ope`` plays
+  ``_multi[J]``), a candidate's id its 1-based position as text (VW's action ids in ``a``);
 - ``a``: the action ids (1-based positions in ``_multi``) as ranked, ``a[0]`` the one played;
   ``p``: the probabilities of those actions, in the order of ``a``;
 - ``_labelIndex`` (0-based) / ``_label_Action`` (1-based): the played action, with
@@ -15,6 +16,9 @@ One JSON object a line, a contextual-bandit event with action-dependent features
 - ``_skipLearn: true``: an event Personalizer's joiner marks as not learnable (its deferred
   activation never came); VW's DSJSON reader leaves such events out, and so does this import
   (counted as ``not activated (_skipLearn)``);
+- ``pdrop``: the probability that the logger dropped an event like this one; as VW does, the
+  event then stands for 1 / (1 - pdrop) events in every estimator of ``banditflow ope``
+  (kept in the decision's output; a ``pdrop`` outside [0, 1) skips the event);
 - ``EventId``, ``Timestamp`` (ISO 8601), ``VWState``.
 
 Lines that are not such an event are skipped with a reason: not JSON, conditional contextual
@@ -22,11 +26,16 @@ bandit or slates events (``_outcomes`` / ``_slots``), and lines without the chos
 ``_multi`` (reward-only "dangling" lines). An event without ``_label_cost`` keeps its context
 and decision but has no feedback (VW does not learn from an unlabeled example).
 
-Features are hashed into ``dims`` numbers per action, VW-style: a number is its value, a
-string ``s`` of field ``f`` the feature ``f`` + ``s`` with value 1, ``true`` value 1, an array
-of numbers one feature per element; each action's vector holds the shared features, its own
-features and their products (VW's ``-q`` of shared and action namespaces), so that a linear
-reward model can tell actions apart in every context.
+Each event becomes a graph_cb context with candidates (``features``: the shared vector,
+``actions``: ``{"id", "features"}`` per ``_multi`` entry), filed under a learner with
+``action_features``, whose pair features cross the shared vector with each candidate's (VW's
+``-q`` of the shared and action namespaces). Feature objects are flattened VW-style (a number
+is its value, a string ``s`` of field ``f`` the feature ``f`` + ``s`` with value 1, ``true``
+value 1, an array of numbers one feature per element, nested objects join their names with
+``^``), and each flattened name is hashed into one of ``dims`` slots, the same for the shared
+vector and for every candidate's: slot = CRC-32 of the name (UTF-8) modulo ``dims``, values of
+names sharing a slot added. A name means the same slot in every event, so a candidate first
+seen late is scored from the features it shares with earlier ones.
 
 >>> line = ('{"_label_cost": -1.0, "_label_probability": 0.7, "_label_Action": 2, '
 ...         '"_labelIndex": 1, "o": [{"v": 1.0, "EventId": "ev"}], '
@@ -36,8 +45,10 @@ reward model can tell actions apart in every context.
 >>> records, report = dsjson_records([line], learner_id="vw", dims=8)
 >>> [r["topic"] for r in records]
 ['learners', 'contexts', 'decisions', 'feedback']
+>>> [a["id"] for a in records[1]["value"]["actions"]], records[1]["value"]["features"]
+(['1', '2'], [0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0])
 >>> records[2]["value"]["output"], records[3]["value"]["losses"]
-({'action': 1, 'p': [0.3, 0.7]}, {'1': -1.0})
+({'action': 1, 'action_id': '2', 'p': [0.3, 0.7]}, {'2': -1.0})
 """
 
 from __future__ import annotations
@@ -49,9 +60,16 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from banditflow.offline.formats import EventNumbers, ImportReport, imported_round, learner_record
+from banditflow.offline.formats import (
+    EventNumbers,
+    ImportReport,
+    candidate_learner_record,
+    imported_round,
+)
 
-DEFAULT_DIMS = 64
+# Hashed slots of the shared vector and of each candidate's: the pair features a learner
+# and DR's reward model read are dims^2 + 2 dims long.
+DEFAULT_DIMS = 16
 PROBABILITY_TOLERANCE = 1e-4
 
 Feature = tuple[str, float]
@@ -81,20 +99,11 @@ def flatten(fields: Mapping[str, Any], namespace: str = "") -> list[Feature]:
     return features
 
 
-def _slot(name: str, dims: int) -> int:
-    return zlib.crc32(name.encode()) % dims
-
-
-def hashed(shared: list[Feature], action: list[Feature], dims: int) -> list[float]:
-    """One action's feature vector: shared, action and shared x action features, hashed."""
+def hashed(features: list[Feature], dims: int) -> list[float]:
+    """Flattened features hashed into ``dims`` slots (CRC-32 of the name modulo dims)."""
     vector = [0.0] * dims
-    for name, value in shared:
-        vector[_slot("s:" + name, dims)] += value
-    for name, value in action:
-        vector[_slot("a:" + name, dims)] += value
-    for shared_name, shared_value in shared:
-        for action_name, action_value in action:
-            vector[_slot(f"q:{shared_name}*{action_name}", dims)] += shared_value * action_value
+    for name, value in features:
+        vector[zlib.crc32(name.encode()) % dims] += value
     return [round(v, 9) for v in vector]
 
 
@@ -148,6 +157,9 @@ def _skip_reason(event: Any) -> str | None:
     played = _played(event)
     if played is None or not 0 <= played < len(context["_multi"]):
         return "no chosen action"
+    pdrop = event.get("pdrop", 0.0)
+    if isinstance(pdrop, bool) or not isinstance(pdrop, int | float) or not 0.0 <= pdrop < 1.0:
+        return "pdrop not in [0, 1)"
     return None
 
 
@@ -157,7 +169,7 @@ def dsjson_records(lines: Iterable[str], learner_id: str = "imported",
     report = ImportReport("dsjson")
     numbers = EventNumbers()
     rounds: list[dict[str, Any]] = []
-    action_counts: set[int] = set()
+    most = 1
     seen: set[str] = set()
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -177,28 +189,29 @@ def dsjson_records(lines: Iterable[str], learner_id: str = "imported",
             continue
         seen.add(event_id)
         context = event["c"]
-        shared = flatten(context)
-        per_action = [hashed(shared, flatten(a) if isinstance(a, Mapping) else [], dims)
-                      for a in context["_multi"]]
-        actions = len(per_action)
-        action_counts.add(actions)
+        candidates = [{"id": str(position),
+                       "features": hashed(flatten(a) if isinstance(a, Mapping) else [], dims)}
+                      for position, a in enumerate(context["_multi"], start=1)]
+        actions = len(candidates)
+        most = max(most, actions)
         action = _played(event)
+        assert action is not None  # (_skip_reason)
         p = _distribution(event, actions)
         propensity = event.get("_label_probability")
-        output: dict[str, Any] = {"action": action}
+        output: dict[str, Any] = {"action": action, "action_id": candidates[action]["id"]}
         if p is not None and (not isinstance(propensity, int | float)
                               or abs(p[action] - propensity) <= PROBABILITY_TOLERANCE):
             output["p"] = p
         elif isinstance(propensity, int | float):
             output["propensity"] = float(propensity)
+        if event.get("pdrop"):
+            output["pdrop"] = float(event["pdrop"])
         cost = event.get("_label_cost")
         loss = float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None
+        fields = {"features": hashed(flatten(context), dims), "actions": candidates}
         rounds.extend(imported_round(numbers, learner_id, event_id,
-                                     _timestamp(event.get("Timestamp")), per_action, output,
+                                     _timestamp(event.get("Timestamp")), fields, output,
                                      loss, "dsjson"))
         report.events += 1
-    # One learner config when every event offers the same number of actions (a graph_cb
-    # learner has a fixed K); otherwise the decisions' own distributions say how many.
-    head = ([learner_record(EventNumbers(), learner_id, action_counts.pop(), dims,
-                            "per_action")] if len(action_counts) == 1 else [])
+    head = [candidate_learner_record(EventNumbers(), learner_id, dims, dims, most)]
     return head + rounds, report

@@ -10,10 +10,12 @@ lists; keys this import does not use (``action_dist``, ``expected_reward``...) a
 
 Rounds become events ``0``, ``1``, ... of one learner. The context's features are
 ``context`` plus, when rounds have several positions, a one-hot of the position (the slot is
-part of the situation a policy decides in); with ``action_context``, each action's vector is
-those followed by the action's own features (``feature_layout: per_action``), else one shared
-vector. The decision carries the played action and ``propensity`` (OBP logs hold the played
-action's probability only), the feedback the loss ``-reward``.
+part of the situation a policy decides in). With ``action_context`` (the items' features),
+every round offers the ``n_actions`` items as candidates, ``{"id": "<j>", "features":
+action_context[j]}``, filed under a learner with ``action_features`` that scores (context,
+item) pairs; without, the context is one shared vector over a fixed K. The decision carries
+the played action and ``propensity`` (OBP logs hold the played action's probability only),
+the feedback the loss ``-reward``.
 
 >>> records, report = obp_records({"n_rounds": 2, "n_actions": 3, "action": [2, 0],
 ...     "reward": [1, 0], "pscore": [0.5, 0.25], "context": [[0.1], [0.2]]})
@@ -32,7 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from banditflow.offline.formats import EventNumbers, ImportReport, imported_round, learner_record
+from banditflow.offline.formats import (
+    EventNumbers,
+    ImportReport,
+    candidate_learner_record,
+    imported_round,
+    learner_record,
+)
 
 
 class OBPFormatError(ValueError):
@@ -91,21 +99,23 @@ def obp_records(feedback: Mapping[str, Any], learner_id: str = "imported"
     action_context = _array(feedback, "action_context", actions, 2)
     numbers = EventNumbers()
     if action_context is None:
-        layout, dim = "shared", context.shape[1]
+        records = [learner_record(numbers, learner_id, actions, context.shape[1], "shared")]
+        items = None
     else:
-        layout, dim = "per_action", context.shape[1] + action_context.shape[1]
-    records = [learner_record(numbers, learner_id, actions, dim, layout)]
+        records = [candidate_learner_record(numbers, learner_id, context.shape[1],
+                                            action_context.shape[1], actions)]
+        items = [{"id": str(j), "features": row}
+                 for j, row in enumerate(action_context.tolist())]
     report = ImportReport("obp")
     for t in range(rounds):
-        x = context[t]
-        if action_context is None:
-            features: list[float] | list[list[float]] = x.tolist()
-        else:
-            features = np.hstack([np.tile(x, (actions, 1)), action_context]).tolist()
+        fields: dict[str, Any] = {"features": context[t].tolist()}
         output: dict[str, Any] = {"action": int(action[t])}
+        if items is not None:
+            fields["actions"] = items
+            output["action_id"] = items[int(action[t])]["id"]
         if pscore is not None:
             output["propensity"] = float(pscore[t])
-        records.extend(imported_round(numbers, learner_id, str(t), None, features, output,
+        records.extend(imported_round(numbers, learner_id, str(t), None, fields, output,
                                       -float(reward[t]), "obp"))
         report.events += 1
     return records, report

@@ -6,6 +6,15 @@ known number of actions, its propensity mu lies in (0, 1], and its reward was ob
 (graph_cb: the feedback revealed the played action's loss; a timed-out decision has none).
 The others are counted, never guessed.
 
+**Candidate sets.** A round whose context offered its own candidates (graph_cb's
+``actions``) is scored over them: ``uniform`` spreads over the round's candidates,
+``constant:J`` plays its J-th, and DR's reward model regresses on the features of each
+(context, candidate) pair (:func:`banditflow.learners.graph_cb.candidates.pair_features`).
+
+**Dropped events.** A round whose logger dropped events with probability ``pdrop`` (DSJSON)
+stands for 1 / (1 - pdrop) rounds, as in Vowpal Wabbit: every estimator (IPS, SNIPS, DR, the
+logged policy's) weighs its terms by it, normalised so that the weights average 1.
+
 **Clipping.** A propensity below ``min_propensity`` (default 10^-3) is raised to it in the
 weights pi / mu, so no round weighs more than 1 / min_propensity: this bounds the variance
 and biases the estimates towards the logged rewards of such rounds; the share of rounds it
@@ -31,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from banditflow.learners.graph_cb.candidates import pair_features
 from banditflow.offline.archive import LoggedRound
 from banditflow.offline.ope.learning_policy import LearningPolicy
 from banditflow.offline.ope.policies import TargetPolicy
@@ -147,6 +157,22 @@ def _scorable(round_: LoggedRound) -> bool:
             and round_.propensity is not None and 0.0 < round_.propensity <= 1.0)
 
 
+def model_features(round_: LoggedRound) -> list[float] | list[list[float]] | None:
+    """The features DR's reward model reads for a round: the context's, or the pair features
+    of each of its candidates."""
+    if round_.candidates is None:
+        return round_.features
+    shared = np.asarray(round_.features or [], dtype=float)
+    offered = np.asarray([c["features"] for c in round_.candidates], dtype=float)
+    return pair_features(shared, offered).tolist()
+
+
+def event_weights(rounds: Sequence[LoggedRound]) -> np.ndarray:
+    """How many rounds each stands for, 1 / (1 - pdrop), normalised to average 1."""
+    counts = np.array([1.0 / (1.0 - r.pdrop) for r in rounds])
+    return counts / counts.mean() if len(counts) else counts
+
+
 def evaluate(rounds: Sequence[LoggedRound], policies: Sequence[TargetPolicy | LearningPolicy],
              min_propensity: float = MIN_PROPENSITY, folds: int = 5,
              seed: int = 0) -> OPEReport:
@@ -161,7 +187,8 @@ def evaluate(rounds: Sequence[LoggedRound], policies: Sequence[TargetPolicy | Le
     rewards = np.array([r.reward for r in scored], dtype=float)
     propensities = np.array([r.propensity for r in scored], dtype=float)
     clipped = np.maximum(propensities, min_propensity)
-    design = ActionFeatures.of([r.features for r in scored], counts)
+    design = ActionFeatures.of([model_features(r) for r in scored], counts)
+    represented = event_weights(scored)
     predictions = cross_fitted_predictions(design, actions, rewards, folds, seed)
     n = len(scored)
     modelled = predictions[np.arange(n), actions] if n else np.zeros(0)
@@ -180,7 +207,8 @@ def evaluate(rounds: Sequence[LoggedRound], policies: Sequence[TargetPolicy | Le
             else:
                 weights[i] = target[actions[i]] / clipped[i]
                 direct[i] = float(target @ predictions[i, : counts[i]])
-        sums = Sums.of(weights, rewards, direct + weights * (rewards - modelled))
+        weights *= represented
+        sums = Sums.of(weights, rewards, represented * direct + weights * (rewards - modelled))
         results.append(sums.estimates(
             policy.spec,
             learned_from=policy.learned_from if isinstance(policy, LearningPolicy) else None,

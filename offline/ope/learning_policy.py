@@ -87,8 +87,10 @@ class LearningPolicy:
         self.learned_from = 0
         distributions = []
         for round_, propensity in zip(rounds, propensities, strict=True):
-            decided = learner.decide({"features": round_.features},
-                                     event_seed(config.seed, round_.event_id))
+            context: dict[str, object] = {"features": round_.features}
+            if round_.candidates is not None:
+                context["actions"] = round_.candidates
+            decided = learner.decide(context, event_seed(config.seed, round_.event_id))
             p = decided.output["p"]
             if len(p) != round_.actions:
                 raise LearningPolicyError(
@@ -101,7 +103,10 @@ class LearningPolicy:
                 # The family's front door names where its feedback holds the action's loss
                 # or reward.
                 value = -float(round_.reward) if declared.revealed_are_losses else round_.reward
+                # (a candidate's id: with ids that are digits, an index key would name another)
+                key = (str(round_.action) if round_.candidates is None
+                       else str(round_.candidates[round_.action]["id"]))
                 learner.learn(as_played(declared, decided.pending, round_.action),
-                              {declared.revealed: {str(round_.action): value}})
+                              {declared.revealed: {key: value}})
                 self.learned_from += 1
         return distributions

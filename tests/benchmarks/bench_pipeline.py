@@ -25,7 +25,7 @@ def test_pipeline_throughput_and_latency(tmp_path) -> None:
             started = time.monotonic()
             report = run_simulation(
                 SimulationSettings(
-                    bootstrap=broker.bootstrap,
+                    kafka=broker.connection,
                     prefix="bench",
                     events=events,
                     window=window,

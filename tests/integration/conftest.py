@@ -1,10 +1,19 @@
 """Fixtures for tests against the real embedded Kafka-protocol broker (Tansu) and real
-worker processes. Every process started here is stopped in teardown, failures included."""
+worker processes. Every process started here is stopped in teardown, failures included.
+
+With ``BANDITFLOW_TEST_BOOTSTRAP`` set, the tests use that broker instead, one they did not
+start (``make test-external``), with the client configuration of ``BANDITFLOW_KAFKA_CONFIG``
+and the ``BANDITFLOW_KAFKA_*`` variables (the workers they start inherit them); every test
+deletes the topics and consumer groups it created, and tests marked ``embedded_broker``
+(they start, stop or empty a broker of their own, or show an embedded-broker quirk) are
+skipped."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -14,23 +23,84 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka import TopicPartition as AsyncTopicPartition
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError
 
-from banditflow.streams.broker import EmbeddedBroker, free_port
+from banditflow.streams.broker import EmbeddedBroker, free_port, wait_for_broker
+from banditflow.streams.connection import KafkaConnection, as_connection
 from banditflow.streams.demo import stop, wait_until_ready
 from banditflow.streams.scrape import fetch
 from banditflow.streams.statelog import Commit, read_commits
 from banditflow.streams.topics import Topics, ensure_topics, state_topic
 
+EXTERNAL_BOOTSTRAP = os.environ.get("BANDITFLOW_TEST_BOOTSTRAP")
+
+
+@dataclass(frozen=True)
+class ExternalBroker:
+    """A broker the suite did not start."""
+
+    connection: KafkaConnection
+
+    @property
+    def bootstrap(self) -> str:
+        return self.connection.bootstrap
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if EXTERNAL_BOOTSTRAP:
+        skip = pytest.mark.skip(reason="needs the embedded broker itself, and the tests run "
+                                f"against {EXTERNAL_BOOTSTRAP} (BANDITFLOW_TEST_BOOTSTRAP)")
+        for item in items:
+            if "embedded_broker" in item.keywords:
+                item.add_marker(skip)
+
 
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker | ExternalBroker]:
+    if EXTERNAL_BOOTSTRAP:
+        external = ExternalBroker(KafkaConnection.resolve(
+            EXTERNAL_BOOTSTRAP, os.environ.get("BANDITFLOW_KAFKA_CONFIG"), os.environ))
+        wait_for_broker(external.connection)
+        yield external
+        return
     log = tmp_path_factory.mktemp("broker") / "broker.log"
     with EmbeddedBroker(port=free_port(), log_path=log) as running:
         yield running
+
+
+@pytest.fixture(autouse=True)
+def external_cleanup(request: pytest.FixtureRequest) -> Iterator[None]:
+    """On an external broker, the topics and consumer groups a test created are deleted
+    after it: the next run (or another suite on the same broker) starts clean."""
+    if not EXTERNAL_BOOTSTRAP or "embedded_broker" in request.keywords:
+        yield
+        return
+    from kafka import KafkaAdminClient
+
+    connection = request.getfixturevalue("broker").connection
+    admin = KafkaAdminClient(**connection.kafka_python_kwargs())
+    def groups() -> set[str]:
+        return {group["group_id"] for group in admin.list_groups()}
+
+    try:
+        topics, before = set(admin.list_topics()), groups()
+        yield
+        new_topics = sorted(set(admin.list_topics()) - topics)
+        # Workers' groups are named as their state topics (some brokers list no groups).
+        new_groups = (groups() - before) | {
+            name.removesuffix(".state") for name in new_topics if name.endswith(".state")}
+        with contextlib.suppress(KafkaError):  # (a group still closing is deleted next time)
+            if new_groups:
+                admin.delete_groups(sorted(new_groups))
+        if new_topics:
+            admin.delete_topics(new_topics)
+    finally:
+        admin.close()
 
 
 @dataclass
@@ -104,7 +174,7 @@ def start_worker(broker: EmbeddedBroker, tmp_path: Path) -> Iterator[Callable[..
         web_port: int | None = None,
         wait: bool = True,
     ) -> Worker:
-        ensure_topics(broker.bootstrap, Topics(prefix), partitions, prefix)
+        ensure_topics(broker.connection, Topics(prefix), partitions, prefix)
         port = web_port or free_port()
         log_path = tmp_path / f"worker-{prefix}-{len(started)}.log"
         command = [
@@ -142,7 +212,7 @@ def start_worker(broker: EmbeddedBroker, tmp_path: Path) -> Iterator[Callable[..
 @pytest.fixture
 def producer(broker: EmbeddedBroker) -> Iterator[KafkaProducer]:
     """kafka-python producer (default murmur2 partitioner, as Java clients)."""
-    client = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+    client = KafkaProducer(**broker.connection.kafka_python_kwargs(), acks="all")
     yield client
     client.close()
 
@@ -163,10 +233,10 @@ async def is_ready(port: int) -> bool:
         return False
 
 
-async def decisions_consumer(bootstrap: str, topic: str) -> AIOKafkaConsumer:
+async def decisions_consumer(kafka: KafkaConnection | str, topic: str) -> AIOKafkaConsumer:
     """A started consumer of every partition of ``topic`` from its beginning, polling fast:
     the application side of the crash tests, which answers decisions as they come."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=10,
+    consumer = AIOKafkaConsumer(**as_connection(kafka).aiokafka_kwargs(), fetch_max_wait_ms=10,
                                 enable_auto_commit=False)
     await consumer.start()
     await consumer.topics()
@@ -179,9 +249,9 @@ async def decisions_consumer(bootstrap: str, topic: str) -> AIOKafkaConsumer:
 class TopicReader:
     """Reads every record of a topic from the beginning, accumulating what it saw."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, kafka: KafkaConnection, topic: str) -> None:
         self.consumer = KafkaConsumer(
-            bootstrap_servers=bootstrap,
+            **kafka.kafka_python_kwargs(),
             enable_auto_commit=False,
             group_id=None,
             consumer_timeout_ms=500,
@@ -217,7 +287,7 @@ def learner_entries(broker: EmbeddedBroker) -> Callable[[str, str], list[dict[st
     to the worker's state log, in order."""
 
     def entries(app_id: str, learner_id: str) -> list[dict[str, Any]]:
-        commits = asyncio.run(read_commits(broker.bootstrap, state_topic(app_id)))
+        commits = asyncio.run(read_commits(broker.connection, state_topic(app_id)))
         return [
             commit.values()[f"l/{learner_id}"]
             for partition in commits.values()
@@ -243,7 +313,7 @@ def final_state(commits: dict[int, list[tuple[int, Commit]]]) -> dict[str, Any]:
 def state_of(broker: EmbeddedBroker) -> Callable[[str], dict[str, Any]]:
     """``state_of(app_id)``: the workers' state as their state log holds it now."""
     return lambda app_id: final_state(
-        asyncio.run(read_commits(broker.bootstrap, state_topic(app_id)))
+        asyncio.run(read_commits(broker.connection, state_topic(app_id)))
     )
 
 
@@ -252,10 +322,59 @@ def read_topic(broker: EmbeddedBroker) -> Iterator[Callable[[str], TopicReader]]
     readers: list[TopicReader] = []
 
     def open_reader(topic: str) -> TopicReader:
-        reader = TopicReader(broker.bootstrap, topic)
+        reader = TopicReader(broker.connection, topic)
         readers.append(reader)
         return reader
 
     yield open_reader
     for reader in readers:
         reader.close()
+
+
+class Gateway:
+    """A ``banditflow gateway`` subprocess."""
+
+    def __init__(self, process: subprocess.Popen[bytes], url: str, metrics_port: int,
+                 log_path: Path) -> None:
+        self.process, self.url, self.metrics_port, self.log_path = (process, url, metrics_port,
+                                                                    log_path)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def gateway_command(bootstrap: str, prefix: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "banditflow.streams.cli", "gateway", "--bootstrap", bootstrap,
+            "--prefix", prefix, *args]
+
+
+@pytest.fixture
+def start_gateway(broker, tmp_path: Path) -> Iterator[Callable[..., Gateway]]:
+    """Factory: ``start_gateway(prefix, *options)`` -> a ready Gateway (its API on a free port,
+    its /metrics on another)."""
+    started: list[Gateway] = []
+
+    def start(prefix: str, *args: str, scheme: str = "http", verify: Any = True) -> Gateway:
+        port, metrics_port = free_port(), free_port()
+        log_path = tmp_path / f"gateway-{len(started)}.log"
+        with open(log_path, "ab") as log:
+            process = subprocess.Popen(
+                gateway_command(broker.bootstrap, prefix, "--port", str(port),
+                                "--metrics-port", str(metrics_port), *args),
+                stdout=log, stderr=subprocess.STDOUT)
+        gateway = Gateway(process, f"{scheme}://127.0.0.1:{port}", metrics_port, log_path)
+        started.append(gateway)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert process.poll() is None, gateway.log()
+            try:
+                if httpx.get(f"{gateway.url}/ready", verify=verify).status_code == 200:
+                    return gateway
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"the gateway did not get ready:\n{gateway.log()}")
+
+    yield start
+    for gateway in started:
+        stop(gateway.process)

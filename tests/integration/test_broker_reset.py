@@ -30,7 +30,7 @@ from banditflow.streams.scrape import fetch
 from banditflow.streams.topics import Topics, ensure_topics, state_topic
 from banditflow.streams.worker import EXIT_STATE_LOST
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.embedded_broker]
 
 LID = "reset"
 LOAD_LEARNERS = [f"load{i}" for i in range(8)]

@@ -25,7 +25,7 @@ def test_a_faithful_replay_reproduces_every_decision(
 ) -> None:
     start_worker(SOURCE, partitions=2)
     reports = run_simulations([
-        SimulationSettings(bootstrap=broker.bootstrap, prefix=SOURCE, family=family,
+        SimulationSettings(kafka=broker.connection, prefix=SOURCE, family=family,
                            events=EVENTS, window=40, delay_mean=0.05, seed=3, timeout=90,
                            workdir=tmp_path / "logs")
         for family in FAMILIES

@@ -20,12 +20,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from kafka import KafkaProducer
 
 from banditflow.learners.registry import family as declared_family
 from banditflow.offline.environments import APPLICATIONS
 from banditflow.streams.broker import free_port
+from banditflow.streams.scrape import fetch
 from banditflow.streams.simulate import SimulationSettings, run_simulations
 
 pytestmark = pytest.mark.integration
@@ -38,6 +40,7 @@ DATASOURCES = DEPLOY / "grafana" / "provisioning" / "datasources" / "prometheus.
 COMPOSE = DEPLOY / "docker-compose.yml"
 
 JOB = "banditflow"  # the scrape job the rules and dashboards select on
+GATEWAY_JOB = "banditflow-gateway"  # ... and the gateways' (the overview's "Gateway" row)
 RATE_INTERVAL = "15s"  # stands in for Grafana's $__rate_interval (1 s scrapes here)
 # The demo's applications, a learner and its baseline per family, briefly.
 FAMILIES = sorted(APPLICATIONS)
@@ -185,14 +188,17 @@ class Prometheus:
 def start_prometheus(tmp_path: Path) -> Iterator[Callable[[str], Prometheus]]:
     started: list[Prometheus] = []
 
-    def start(target: str) -> Prometheus:
+    def start(target: str, gateway_target: str) -> Prometheus:
         # JSON is YAML: the test config needs no YAML library.
         config = tmp_path / "prometheus.yml"
         config.write_text(json.dumps({
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s",
                        "evaluation_interval": "1s"},
             "rule_files": [str(ALERTS)],
-            "scrape_configs": [{"job_name": JOB, "static_configs": [{"targets": [target]}]}],
+            "scrape_configs": [
+                {"job_name": JOB, "static_configs": [{"targets": [target]}]},
+                {"job_name": GATEWAY_JOB, "static_configs": [{"targets": [gateway_target]}]},
+            ],
         }))
         checked = promtool("check", "config", str(config))
         assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -232,17 +238,20 @@ def substitute(expr: str, values: dict[str, str]) -> str:
 
 
 def test_dashboards_and_alerts_against_real_prometheus(
-    broker, start_worker, start_prometheus, producer: KafkaProducer, tmp_path: Path
+    broker, start_worker, start_gateway, start_prometheus, producer: KafkaProducer,
+    tmp_path: Path
 ) -> None:
     binary("prometheus")
     started = time.monotonic()
     prefix = "promtest"
     worker = start_worker(prefix, partitions=2)
-    prometheus = start_prometheus(f"127.0.0.1:{worker.web_port}")
+    gateway = start_gateway(prefix)
+    prometheus = start_prometheus(f"127.0.0.1:{worker.web_port}",
+                                  f"127.0.0.1:{gateway.metrics_port}")
 
     dead_letter(producer, prefix)
     reports = run_simulations([
-        SimulationSettings(bootstrap=broker.bootstrap, prefix=prefix, family=family,
+        SimulationSettings(kafka=broker.connection, prefix=prefix, family=family,
                            baseline=True, events=EVENTS, window=100, delay_mean=0.05,
                            timeout=60, workdir=tmp_path / "logs",
                            candidates=CANDIDATES.get(family, []))
@@ -250,12 +259,23 @@ def test_dashboards_and_alerts_against_real_prometheus(
     ])
     for report in reports:
         assert not report.timed_out and report.decided == 2 * EVENTS, report.render()
+    # Gateway traffic: decisions (200) and a refused context (422), for the "Gateway" row.
+    for i in range(20):
+        answer = httpx.post(f"{gateway.url}/v1/learners/{SIM_LEARNER}/decisions",
+                            json={"labels": ["a", "b"], "scores": [float(i), 0.0]}, timeout=30)
+        assert answer.status_code == 200, answer.text
+    assert httpx.post(f"{gateway.url}/v1/learners/{SIM_LEARNER}/decisions",
+                      json={"labels": "a"}).status_code == 422
 
     # promtool lints the exposition the worker serves.
     exposition = worker.metrics()
     lint = promtool("check", "metrics", stdin=exposition)
     assert lint.returncode == 0, lint.stdout + lint.stderr
     exported = set(re.findall(r"^# TYPE (\S+) ", exposition, re.M))
+    gateway_exposition = fetch(f"http://127.0.0.1:{gateway.metrics_port}/metrics")
+    lint = promtool("check", "metrics", stdin=gateway_exposition)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    exported |= set(re.findall(r"^# TYPE (\S+) ", gateway_exposition, re.M))
 
     def has_data(expr: str) -> bool:
         result = prometheus.query(expr)
@@ -270,6 +290,7 @@ def test_dashboards_and_alerts_against_real_prometheus(
                  'banditflow_arm_pulls{family="prob_graph"}',
                  'banditflow_learner_opt_reward{family="deferral"}',
                  'banditflow_dead_letters_total{reason="malformed_json"}',
+                 'banditflow_gateway_requests_total{status="422"}',
                  *(f'banditflow_{gauge}{{policy="{names[0]}", estimator="dr", bound="ci_low"}}'
                    for names in CANDIDATES.values()
                    for gauge in ("ope_estimate", "ope_difference"))):

@@ -21,7 +21,7 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.embedded_broker]
 
 REBALANCE_IN_PROGRESS = 27
 MEMBER_ID_REQUIRED = 79

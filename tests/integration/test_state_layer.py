@@ -29,6 +29,7 @@ from banditflow.streams.topics import Topics, ensure_topics, state_topic
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.embedded_broker
 def test_tansu_end_offset_counts_batches_but_fetch_high_watermark_is_right(broker) -> None:
     """The embedded broker's ListOffsets(latest) answers the last *batch*'s base offset + 1.
 
@@ -361,6 +362,7 @@ def test_a_restart_reads_the_state_not_the_history(broker, start_worker, wait_un
     assert read < written / 10  # ... of which a restart reads a small part
 
 
+@pytest.mark.embedded_broker
 def test_ready_says_when_the_broker_is_gone(tmp_path) -> None:
     """/ready answers 503 once the broker stops answering (the worker stays up)."""
     own = EmbeddedBroker(port=free_port(), log_path=tmp_path / "broker.log").start()

@@ -90,7 +90,7 @@ def test_tau_star_and_undercoverage_by_hand(tmp_path: Path) -> None:
         }
         for i in range(10)
     ]
-    task = ConformalTask(records, alpha=0.8)
+    task = ConformalTask(records, target_coverage=0.8)
     # True scores: -inf (absent label), 0..8. floor(10 * 0.2) = 2 -> tau* = the 3rd smallest.
     assert task.tau_star == 1.0
     assert task.miscoverage(1.0) == 0.2 and task.miscoverage(1.5) == 0.3

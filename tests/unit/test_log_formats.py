@@ -11,6 +11,7 @@ import json
 import numpy as np
 import pytest
 
+from banditflow.learners.registry import make_learner
 from banditflow.offline.archive import joined_rounds, read_archive
 from banditflow.offline.formats import import_log
 from banditflow.offline.formats.dsjson import dsjson_records, flatten
@@ -56,18 +57,39 @@ def test_dsjson_events_in_vw_shapes() -> None:
         "not activated (_skipLearn)": 1, "CCB / slates event": 1,
         "no c._multi (not a CB event)": 1, "not JSON": 1, "repeated EventId": 1}
     config = records[0]["value"]
-    assert config["params"] == {"actions": 3, "feature_dim": 16, "feature_layout": "per_action",
+    assert config["params"] == {"feature_dim": 16, "action_features": 16, "max_actions": 3,
                                 "graph_kind": "bandit"}
     rounds = {r.event_id: r for r in joined_rounds(records)}
     event = rounds["6f6a4f43"]
     assert (event.action, event.propensity, event.reward) == (1, 0.8, 1.0)
     assert event.p == [0.1, 0.8, 0.1] and event.actions == 3
-    assert len(event.features) == 3 and all(len(v) == 16 for v in event.features)
-    assert event.ts == 1627552800.0
+    # _multi is the event's candidates (ids: 1-based positions), shared features apart.
+    assert len(event.features) == 16 and sum(event.features) == 4.0  # (4 shared features)
+    assert [c["id"] for c in event.candidates] == ["1", "2", "3"]
+    assert [sum(c["features"]) for c in event.candidates] == [1.0, 1.0, 3.5]
+    assert event.candidates[0]["features"] != event.candidates[1]["features"]
+    assert event.ts == 1627552800.0 and event.pdrop == 0.0
     unlabeled = rounds["ul"]
     assert (unlabeled.action, unlabeled.reward) == (0, None)
-    # The played action's features differ from the others' (shared x action products).
-    assert event.features[0] != event.features[1]
+
+
+def test_dsjson_candidates_are_learnable_and_pdrop_is_kept() -> None:
+    """The imported context is one a learner of the imported config decides on; a pdrop is
+    kept on the decision (the round then counts 1 / (1 - pdrop) in OPE), a bad one skips the
+    event."""
+    records, report = dsjson_records(lines({**CB_EVENT, "pdrop": 0.25},
+                                           {**CB_EVENT, "EventId": "bad", "pdrop": 1.0}))
+    assert dict(report.skipped) == {"pdrop not in [0, 1)": 1}
+    (logged,) = joined_rounds(records)
+    assert logged.pdrop == 0.25
+    config = records[0]["value"]
+    learner = make_learner("graph_cb", "squarecb", config["params"])
+    context = next(r["value"] for r in records if r["topic"] == "contexts")
+    decided = learner.decide(context, np.random.default_rng(0))
+    feedback = next(r["value"] for r in records if r["topic"] == "feedback")
+    assert feedback["losses"] == {"2": -1.0}  # by the played candidate's id
+    learner.learn({**decided.pending, "action": 1}, feedback)
+    assert learner.oracle.updates == 1
 
 
 def test_dsjson_features_are_vw_style() -> None:
@@ -137,16 +159,18 @@ def test_obp_batch_feedback_imports_with_positions_and_action_context(tmp_path) 
     np.savez(path, **feedback)
     records, report = import_log(path, "obp", learner_id="zozo")
     assert report.events == 6
-    assert records[0]["value"]["params"] == {"actions": 3, "feature_dim": 2 + 2 + 3,
-                                             "feature_layout": "per_action",
-                                             "graph_kind": "bandit"}
+    # The items' features (action_context) make each round's candidates.
+    assert records[0]["value"]["params"] == {"feature_dim": 2 + 2, "action_features": 3,
+                                             "max_actions": 3, "graph_kind": "bandit"}
     rounds = joined_rounds(records)
     for t, logged in enumerate(rounds):
         assert logged.event_id == str(t) and logged.action == feedback["action"][t]
         assert logged.propensity == pytest.approx(1 / 3) and logged.actions == 3
         assert logged.reward == float(feedback["reward"][t]) and logged.p is None
         x = [*feedback["context"][t].tolist(), float(t % 2 == 0), float(t % 2 == 1)]
-        assert logged.features == [x + row for row in np.eye(3).tolist()]
+        assert logged.features == x
+        assert logged.candidates == [{"id": str(j), "features": row}
+                                     for j, row in enumerate(np.eye(3).tolist())]
     json_path = tmp_path / "feedback.json"
     json_path.write_text(json.dumps({k: np.asarray(v).tolist() for k, v in feedback.items()}))
     assert joined_rounds(import_log(json_path, "obp")[0])[3].reward == rounds[3].reward

@@ -71,7 +71,22 @@ def test_reward_metric_only_when_the_played_arm_is_observed() -> None:
     learned = learner.learn(decided.pending, {"rewards": {"0": 0.25, "1": 0.5}})
     assert learned.metrics == {"reward": 0.25}
     decided = learner.decide({}, np.random.default_rng(0))
-    assert learner.learn(decided.pending, {"rewards": {}, "complete": True}).metrics == {}
+    assert learner.learn(decided.pending, {"rewards": {"1": 0.5}, "complete": True}).metrics == (
+        {} if decided.output["arm"] == 0 else {"reward": 0.5})
+
+
+def test_complete_feedback_may_omit_only_arms_revealed_by_chance() -> None:
+    """Arm 1 reveals itself with probability 1 and arm 0 with 0.5: complete feedback without
+    arm 0 is a plain outcome, without arm 1 it cannot be true (README's prob_graph example)."""
+    learner = UCBN.from_params({"arms": 2, "edges": [[0, 0, 0.5], [1, 0, 0.9], [1, 1, 1.0]]})
+    decided = learner.decide({}, np.random.default_rng(0))
+    assert decided.output["arm"] == 1
+    state = learner.to_state()
+    with pytest.raises(LearnerError, match="always reveals"):
+        learner.learn(decided.pending, {"rewards": {"0": 0.4}, "complete": True})
+    assert learner.to_state() == state
+    assert learner.learn(decided.pending, {"rewards": {"1": 0.7}, "complete": False}).done is False
+    assert learner.learn(decided.pending, {"rewards": {"0": 0.4}, "complete": True}).done
 
 
 @pytest.mark.parametrize(
@@ -85,6 +100,8 @@ def test_reward_metric_only_when_the_played_arm_is_observed() -> None:
         ({"rewards": {"0": float("nan")}}, "finite"),
         ({"rewards": {"0": 1.0}, "complete": "yes"}, "complete"),
         ({"rewards": {"0": 1.0, "1": 1.0}}, "cannot reveal"),
+        ({"rewards": {}, "complete": True}, r"lacks the reward of arm\(s\) \[0\]"),
+        ({"rewards": {}}, "always reveals"),
     ],
 )
 def test_invalid_feedback_is_rejected_without_changing_state(

@@ -84,11 +84,11 @@ def test_the_warm_up_of_a_revealing_graph_plays_the_revealer_not_every_arm() -> 
 def test_warmup_ends_once_every_arm_is_observed() -> None:
     learner = LPPolicy.from_params(REVEALING)
     arm, branch, pending = decide(learner)
-    learner.learn(pending, {"rewards": {"0": 1.0}, "complete": True})
-    for _ in range(2):
-        arm, branch, pending = decide(learner)
-        assert branch == "warmup"
-        learner.learn(pending, {"rewards": {str(arm): 0.0}, "complete": True})
+    assert arm == 2  # reveals itself surely, so complete feedback carries its reward
+    learner.learn(pending, {"rewards": {"0": 1.0, "2": 0.0}, "complete": True})
+    arm, branch, pending = decide(learner)  # arm 1, the only arm not yet observed
+    assert branch == "warmup"
+    learner.learn(pending, {"rewards": {str(arm): 0.0}, "complete": True})
     assert decide(learner)[1] != "warmup"
 
 

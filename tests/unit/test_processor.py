@@ -818,3 +818,25 @@ def test_true_feedback_held_after_a_contradicting_one_is_applied(processor: Proc
     record = processor.store.decisions[f"{LID}/e1"]
     assert record.settled_by is Settled.FEEDBACK
     assert sps_n(processor) == 1
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason", "said"),
+    [
+        (b'{"learner_id": "shop", "event_id": "e", "labels": ["a"], "scores": "x"}',
+         "invalid_schema", ("shop", "e")),
+        (b'{"learner_id": "shop", "event_id": "e", "labels": ["a"], "scores": [NaN]}',
+         "non_finite", ("shop", "e")),
+        (b'{"learner_id": 5, "event_id": "e", "labels": ["a"], "scores": [1]}',
+         "invalid_schema", (None, "e")),
+        (b'{"learner_id": "shop", "event_id": ', "malformed_json", (None, None)),
+    ],
+)
+def test_a_dead_letter_names_the_learner_and_event_the_record_said(
+    processor: Processor, raw: bytes, reason: str, said: tuple[str | None, str | None]
+) -> None:
+    """Issue 29: an invalid_schema dead letter carried learner_id null although the record
+    named its learner; whoever reads the dead letters by learner missed it."""
+    (dead,) = processor.on_context(raw, Source("contexts", 0, 7), 1.0).dead_letters
+    assert dead.reason == reason
+    assert (dead.learner_id, dead.event_id) == said

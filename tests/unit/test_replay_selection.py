@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from banditflow.streams.connection import KafkaConnection
 from banditflow.streams.replay import ReplaySettings, selected
 
 
@@ -21,7 +22,7 @@ RECORDS = [
 
 
 def settings(**changes: object) -> ReplaySettings:
-    return ReplaySettings("127.0.0.1:9092", "p", Path("x"), **changes)
+    return ReplaySettings(KafkaConnection("127.0.0.1:9092"), "p", Path("x"), **changes)
 
 
 def test_inputs_in_archive_order() -> None:

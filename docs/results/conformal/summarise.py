@@ -65,11 +65,11 @@ def table(runs: dict[str, list[tuple[dict[str, Any], list[dict[str, Any]]]]],
 
 
 def curves(log: Path, pairs: list[tuple[dict[str, Any], list[dict[str, Any]]]],
-           alpha: float) -> dict[str, np.ndarray]:
+           target_coverage: float) -> dict[str, np.ndarray]:
     """Per-seed series (seeds x T) of the four panels."""
     from banditflow.offline.evaluation.conformal import ConformalTask, read_log
 
-    task = ConformalTask(read_log(log), alpha)
+    task = ConformalTask(read_log(log), target_coverage)
     out: dict[str, list[np.ndarray]] = {}
     for _, rows in pairs:
         series = task.curves(rows)
@@ -84,7 +84,7 @@ def curves(log: Path, pairs: list[tuple[dict[str, Any], list[dict[str, Any]]]],
 
 
 def plot(path: Path, title: str, per_learner: dict[str, dict[str, np.ndarray]],
-         alpha: float) -> None:
+         target_coverage: float) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -104,7 +104,7 @@ def plot(path: Path, title: str, per_learner: dict[str, dict[str, np.ndarray]],
         if name == "cumulative regret":
             ax.set_yscale("symlog", linthresh=1.0)
         if name == "coverage rate":
-            ax.axhline(alpha, color="black", linestyle=":", linewidth=1)
+            ax.axhline(target_coverage, color="black", linestyle=":", linewidth=1)
             ax.set_ylim(max(0.0, ax.get_ylim()[0]), 1.005)
         ax.set_title(name)
         ax.set_xlabel("t")
@@ -120,7 +120,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=Path, default=Path("runs/conformal"))
     parser.add_argument("--out", type=Path, default=Path("docs/results/conformal"))
-    parser.add_argument("--alpha", type=float, default=0.9)
+    parser.add_argument("--target-coverage", type=float, default=0.9)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     parts = []
@@ -132,10 +132,11 @@ def main() -> None:
         runs = {name: runs[name] for name in LEARNERS if name in runs}
         tau_star = next(iter(runs.values()))[0][0]["tau_star"]
         parts.append(f"### {task} (tau* = {tau_star:.4g})\n\n{table(runs)}")
-        per_learner = {name: curves(args.runs / "logs" / f"{task}.jsonl", pairs, args.alpha)
+        coverage = args.target_coverage
+        per_learner = {name: curves(args.runs / "logs" / f"{task}.jsonl", pairs, coverage)
                        for name, pairs in runs.items()}
-        plot(args.out / f"{task}.png", f"{task}: alpha = {args.alpha}, mean and 95% CI over "
-             f"{len(next(iter(runs.values())))} seeds", per_learner, args.alpha)
+        plot(args.out / f"{task}.png", f"{task}: target coverage {coverage}, mean and 95% CI "
+             f"over {len(next(iter(runs.values())))} seeds", per_learner, coverage)
     scale = args.runs / "scale"
     if scale.exists():
         rows: dict[str, list[tuple[dict[str, Any], list[dict[str, Any]]]]] = {}

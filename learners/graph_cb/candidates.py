@@ -1,0 +1,172 @@
+"""Candidate sets with action features (Vowpal Wabbit's ADF, Personalizer's ranking form).
+
+A graph_cb learner configured with ``action_features`` (d_a, the length of every candidate's
+feature vector) takes, instead of a fixed K, the actions each context offers::
+
+    {"features": [...D shared numbers...],            # optional when feature_dim is 0
+     "actions": [{"id": "a17", "features": [...d_a numbers...]}, ...],
+     "graph": [[...]]}                                 # optional: n x n over these actions
+
+and learns **one** regressor on the features of each (context, action) pair,
+:func:`pair_features`: the shared vector crossed with the action's (VW's ``-q`` of the shared
+and the action namespaces), the action's own features, and the shared features (VW's ADF
+adds the shared example's features to every action; they set the level of the loss, not the
+ranking). So a candidate never seen before is scored from its features like any other.
+
+Parameters of the form: ``action_features`` d_a >= 1 (required), ``feature_dim`` D >= 0
+(default 0: no shared part), ``max_actions`` (default :data:`DEFAULT_MAX_ACTIONS`, at most
+the family's ``MAX_ACTIONS``): how many candidates an event may offer. ``actions``,
+``graph`` and ``feature_layout`` belong to the fixed-K form and are refused beside
+``action_features``; ``graph_kind`` names the graph of every event's candidates.
+
+Feedback ``losses`` are keyed by a candidate's id or by its 0-based index in the event's
+``actions``; a key that is one of the event's ids means that candidate (so with ids that are
+digits, the id wins).
+
+>>> import numpy as np
+>>> pair_features(np.array([1.0, 2.0]), np.array([[3.0], [5.0]])).tolist()
+[[3.0, 6.0, 3.0, 1.0, 2.0], [5.0, 10.0, 5.0, 1.0, 2.0]]
+>>> form = CandidateForm(feature_dim=2, action_features=1, max_actions=3)
+>>> offered = form.offered([{"id": "x", "features": [3.0]}, {"id": "y", "features": [5.0]}])
+>>> offered.ids, candidate_index(offered.ids, "y"), candidate_index(offered.ids, "0")
+(['x', 'y'], 1, 0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from banditflow.learners.base import ContradictingFeedback, LearnerError, require
+
+DEFAULT_MAX_ACTIONS = 100
+# Parameters of the fixed-K form that have no meaning for a candidate set.
+FIXED_K_PARAMS = ("actions", "graph", "feature_layout")
+
+
+def pair_features(shared: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    """The n x (D d_a + d_a + D) features of the pairs (shared, action_i): the products
+    shared_k * action_j (k-major), the action's features, then the shared ones."""
+    n = actions.shape[0]
+    crossed = (shared[None, :, None] * actions[:, None, :]).reshape(n, -1)
+    return np.hstack([crossed, actions, np.broadcast_to(shared, (n, shared.shape[0]))])
+
+
+@dataclass(frozen=True)
+class Offered:
+    """The candidates of one event: their ids and their n x d_a features."""
+
+    ids: list[str]
+    features: np.ndarray
+
+
+def candidate_index(ids: list[str], key: str) -> int:
+    """The position of the candidate a feedback key names: its id, else its index."""
+    if key in ids:
+        return ids.index(key)
+    try:
+        index = int(key)
+    except ValueError:
+        raise ContradictingFeedback(
+            f"revealed action {key!r} is neither an id nor an index of the event's "
+            f"{len(ids)} candidates") from None
+    if not 0 <= index < len(ids):
+        raise ContradictingFeedback(
+            f"revealed action {index} is not in [0, {len(ids)}) (the event's candidates)")
+    return index
+
+
+@dataclass(frozen=True)
+class CandidateForm:
+    """A learner's candidate-set form: D shared features, d_a per candidate, at most
+    ``max_actions`` candidates an event."""
+
+    feature_dim: int
+    action_features: int
+    max_actions: int
+
+    @classmethod
+    def of(cls, params: Mapping[str, Any], most: int) -> CandidateForm | None:
+        """The form ``params`` configure (None: the fixed-K form); ``most`` bounds
+        ``max_actions``."""
+        if params.get("action_features") is None:
+            return None
+        given = [name for name in FIXED_K_PARAMS if params.get(name) is not None]
+        if given:
+            raise LearnerError(f"parameter {given[0]!r} belongs to the fixed-K form; a learner "
+                               "with 'action_features' decides over each event's 'actions'")
+        action_features = require(params, "action_features", int, at_most=most * most)
+        feature_dim = require(params, "feature_dim", int, 0, at_most=most * most)
+        max_actions = require(params, "max_actions", int, DEFAULT_MAX_ACTIONS, at_most=most)
+        if action_features < 1 or feature_dim < 0 or max_actions < 1:
+            raise LearnerError("parameters 'action_features' and 'max_actions' must be >= 1 "
+                               "and 'feature_dim' >= 0")
+        return cls(feature_dim, action_features, max_actions)
+
+    @property
+    def pair_dim(self) -> int:
+        """The length of :func:`pair_features`' rows."""
+        return self.feature_dim * self.action_features + self.action_features + self.feature_dim
+
+    def shared(self, features: Any) -> np.ndarray:
+        """The validated shared vector of a context (empty when D = 0)."""
+        if self.feature_dim == 0:
+            if features:
+                raise LearnerError("'features' given, but the learner's 'feature_dim' is 0 "
+                                   "(no shared features)")
+            return np.zeros(0)
+        if features is None:
+            raise LearnerError(f"a context needs 'features': {self.feature_dim} shared numbers")
+        return _vector(features, self.feature_dim, "'features'")
+
+    def offered(self, actions: Any) -> Offered:
+        """The validated candidates of a context's ``actions``."""
+        if not isinstance(actions, Sequence) or isinstance(actions, str) or not actions:
+            raise LearnerError("a context of this learner needs 'actions': a non-empty list of "
+                               "{\"id\", \"features\"}")
+        if len(actions) > self.max_actions:
+            raise LearnerError(f"{len(actions)} candidate actions, more than the learner's "
+                               f"max_actions {self.max_actions}")
+        ids: list[str] = []
+        rows = []
+        for position, action in enumerate(actions):
+            if not isinstance(action, Mapping) or not isinstance(action.get("id"), str):
+                raise LearnerError(f"actions[{position}] needs an 'id' (text) and 'features'")
+            features = action.get("features")
+            if (not isinstance(features, Sequence) or isinstance(features, str)
+                    or len(features) != self.action_features):
+                raise LearnerError(f"actions[{position}].features must be "
+                                   f"{self.action_features} numbers")
+            ids.append(action["id"])
+            rows.append(features)
+        # (one conversion for the whole set, the costly part of a decision; a failure is then
+        # traced to its candidate)
+        try:
+            matrix = np.array(rows, dtype=float)
+        except (TypeError, ValueError):
+            for position, features in enumerate(rows):
+                _vector(features, self.action_features, f"actions[{position}].features")
+            raise
+        finite = np.isfinite(matrix).all(axis=1)
+        if not finite.all():
+            raise LearnerError(f"actions[{int(np.argmin(finite))}].features must be finite")
+        if len(set(ids)) != len(ids):
+            repeated = sorted({i for i in ids if ids.count(i) > 1})
+            raise LearnerError(f"candidate ids must be unique within an event; repeated: "
+                               f"{', '.join(repeated[:5])}")
+        return Offered(ids, matrix)
+
+
+def _vector(values: Any, size: int, name: str) -> np.ndarray:
+    try:
+        array = np.asarray(values, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise LearnerError(f"{name} must be {size} numbers: {exc}") from None
+    if array.shape != (size,):
+        raise LearnerError(f"{name} must be {size} numbers, got shape {array.shape}")
+    if not np.all(np.isfinite(array)):
+        raise LearnerError(f"{name} must be finite")
+    return array

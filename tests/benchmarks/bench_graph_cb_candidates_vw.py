@@ -1,0 +1,217 @@
+"""Head-to-head on candidate sets with item features: banditflow's graph_cb learners in their
+candidate-set form (``action_features``) against Vowpal Wabbit's ``--cb_explore_adf``, on the
+very same stream and seeds.
+
+The stream is :class:`banditflow.offline.candidate_task.CandidateTask`: a catalogue of 1,000
+items (5 features each), 5 to 50 of them offered per request to a user (5 features), a hidden
+preference over (user, item) features, Bernoulli losses; the last 20 % of the catalogue is
+released only at 3/4 of the stream. Two tasks:
+
+* **bandit**: banditflow ``squarecb`` against VW ``--cb_explore_adf --squarecb``; the played
+  candidate's loss is all either sees (VW's label carries the played probability, as VW
+  expects), 10^4 rounds;
+* **graph**: a random self-aware feedback graph over each request's candidates (playing i
+  reveals i and each other with probability ``GRAPH_EDGE``): banditflow ``squarecb_g`` against
+  VW ``--cb_explore_adf --graph_feedback`` (its SquareCB.G; every revealed loss a label
+  ``0:loss:1``, the graph sent transposed, see ``bench_graph_cb_vw.vw_graph``). VW's graph
+  solver is slow in the pip build, so it runs as many rounds as it finishes within
+  ``--vw-budget`` seconds (600 in ``make bench``) and banditflow is compared on those rounds.
+
+Both tools get the same gamma schedule, gamma = 10 n^0.5 (banditflow ``gamma_schedule: vw``,
+VW's default ``--gamma_scale 10 --gamma_exponent 0.5``), and VW the shared x item interactions
+(``-q sa``) that banditflow's pair features hold. Oracles differ (banditflow: recursive least
+squares on the pair features; VW: its adaptive, normalised SGD), so the losses compare the
+whole systems. Requests are built before the clock starts; each tool's timing covers its own
+example formatting, decide and learn (one core, a shared machine: indicative).
+
+Reported per task and tool: progressive loss (mean drawn loss of the played candidates) at
+checkpoints, mean regret (mean loss of the played candidate minus the best's), decisions/s,
+and the mean regret on the rounds whose best candidate is an item released late (never
+offered before its release): how each scores items first seen late.
+
+Run: ``make bench`` (pytest -s: the full sizes), or ``python
+tests/benchmarks/bench_graph_cb_candidates_vw.py [--rounds N] [--vw-budget S] [--seeds 0,1]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from banditflow.learners.registry import make_learner
+from banditflow.offline.candidate_task import CandidateTask, Request
+from banditflow.processors.redo import event_seed
+from tests.benchmarks.bench_graph_cb_vw import vw_graph
+
+GAMMA_SCALE = 10.0
+GRAPH_EDGE = 0.1
+CHECKPOINTS = (1_000, 2_000, 5_000, 10_000)
+
+
+def task_for(kind: str, rounds: int, seed: int) -> CandidateTask:
+    return CandidateTask(seed=seed, rounds=rounds,
+                         graph_edge=GRAPH_EDGE if kind == "graph" else 0.0)
+
+
+def record(played: list[int], requests: list[Request], elapsed: float) -> dict[str, Any]:
+    """Progressive loss at checkpoints, regret, decisions/s and late items' regret."""
+    losses = np.array([r.losses[a] for r, a in zip(requests, played, strict=False)])
+    regret = np.array([r.means[a] - r.means.min() for r, a in zip(requests, played, strict=False)])
+    late = np.array([bool(r.late[r.best]) for r in requests[: len(played)]])
+    return {
+        "rounds": len(played),
+        "progressive_loss": float(losses.mean()),
+        "at": {n: float(losses[:n].mean()) for n in CHECKPOINTS if n <= len(played)},
+        "regret": float(regret.mean()),
+        "late_regret": float(regret[late].mean()) if late.any() else float("nan"),
+        "late_rounds": int(late.sum()),
+        "decisions_per_s": len(played) / elapsed,
+    }
+
+
+def run_banditflow(kind: str, task: CandidateTask, requests: list[Request], seed: int,
+                   budget: float) -> dict[str, Any]:
+    algorithm = "squarecb_g" if kind == "graph" else "squarecb"
+    learner = make_learner("graph_cb", algorithm, {
+        **task.params, "update": "rls", "gamma_schedule": "vw", "gamma_scale": GAMMA_SCALE})
+    played = []
+    started = time.perf_counter()
+    for t, request in enumerate(requests):
+        decided = learner.decide(request.context, event_seed(seed, f"r{t}"))
+        action = decided.output["action"]
+        learner.learn(decided.pending, {"losses": task.feedback(request, action)})
+        played.append(action)
+    return record(played, requests, time.perf_counter() - started)
+
+
+def vw_lines(request: Request, labels: dict[int, str] | None = None) -> list[str]:
+    user = " ".join(f"u{i}:{v:g}" for i, v in enumerate(request.context["features"]))
+    graph = "" if request.graph is None else f"graph {vw_graph(request.graph)} "
+    lines = [f"shared {graph}|s {user}"]
+    for j, action in enumerate(request.context["actions"]):
+        item = " ".join(f"i{i}:{v:g}" for i, v in enumerate(action["features"]))
+        label = (labels or {}).get(j, "")
+        lines.append(f"{label}|a {item}")
+    return lines
+
+
+def run_vw(kind: str, task: CandidateTask, requests: list[Request], seed: int,
+           budget: float) -> dict[str, Any]:
+    import vowpalwabbit
+
+    explore = "--graph_feedback" if kind == "graph" else "--squarecb"
+    workspace = vowpalwabbit.Workspace(
+        f"--cb_explore_adf {explore} --gamma_scale {GAMMA_SCALE} -q sa --random_seed {seed} "
+        "--quiet", enable_logging=False)
+    rng = np.random.default_rng([seed, 0x77])
+    played = []
+    started = time.perf_counter()
+    for request in requests:
+        if time.perf_counter() - started > budget:
+            break
+        pmf = np.asarray(workspace.predict(vw_lines(request)), dtype=float)
+        if not np.all(np.isfinite(pmf)) or pmf.sum() <= 0.0:
+            pmf = np.ones(len(request.items))  # (never seen here; played uniformly if so)
+        action = int(rng.choice(len(pmf), p=pmf / pmf.sum()))
+        if request.graph is None:
+            labels = {action: f"0:{request.losses[action]:g}:{pmf[action] / pmf.sum():g} "}
+        else:
+            labels = {int(j): f"0:{request.losses[j]:g}:1 "
+                      for j in np.flatnonzero(request.graph[action] > 0)}
+        workspace.learn(vw_lines(request, labels))
+        played.append(action)
+    elapsed = time.perf_counter() - started
+    workspace.finish()
+    return record(played, requests, elapsed)
+
+
+RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {"banditflow": run_banditflow, "vw": run_vw}
+
+
+def compare(kind: str, rounds: int, seeds: list[int], vw_budget: float) -> list[dict[str, Any]]:
+    """Per seed: VW first (its budget may cut the stream), then banditflow on the whole stream,
+    its figures also over VW's rounds."""
+    rows = []
+    for seed in seeds:
+        task = task_for(kind, rounds, seed)
+        requests = [task.request(t) for t in range(rounds)]
+        vw = run_vw(kind, task, requests, seed, vw_budget)
+        mine = run_banditflow(kind, task, requests, seed, float("inf"))
+        prefix = run_banditflow(kind, task, requests[: vw["rounds"]], seed, float("inf"))
+        rows.append({"task": kind, "seed": seed, "vw": vw, "banditflow": mine,
+                     "banditflow_at_vw_rounds": prefix})
+    return rows
+
+
+def rate(per_s: float) -> str:
+    """Decisions/s, with decimals when there is less than one a second (VW's graph solver)."""
+    return f"{per_s:,.0f}" if per_s >= 10 else f"{per_s:.3f}"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| task | seed | tool | rounds | progressive loss | at 1k / 2k / 5k / 10k | regret "
+             "| late items' regret (rounds) | decisions/s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        for tool in ("vw", "banditflow_at_vw_rounds", "banditflow"):
+            r = row[tool]
+            at = " / ".join(f"{r['at'][n]:.4f}" if n in r["at"] else "-" for n in CHECKPOINTS)
+            lines.append(
+                f"| {row['task']} | {row['seed']} | {tool} | {r['rounds']:,} | "
+                f"{r['progressive_loss']:.4f} | {at} | {r['regret']:.4f} | "
+                f"{r['late_regret']:.4f} ({r['late_rounds']}) | {rate(r['decisions_per_s'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def summary(rows: list[dict[str, Any]]) -> str:
+    """Medians over seeds of the ratios the issue's target names: banditflow's progressive
+    loss over VW's (on VW's rounds), and banditflow's decisions/s over VW's."""
+    out = []
+    for kind in sorted({r["task"] for r in rows}):
+        mine = [r for r in rows if r["task"] == kind]
+        loss = [r["banditflow_at_vw_rounds"]["progressive_loss"] / r["vw"]["progressive_loss"]
+                for r in mine]
+        speed = [r["banditflow"]["decisions_per_s"] / r["vw"]["decisions_per_s"] for r in mine]
+        out.append(f"{kind}: progressive loss banditflow / VW at equal rounds, median "
+                   f"{np.median(loss):.3f} (target <= 1.05); decisions/s banditflow / VW, "
+                   f"median {np.median(speed):.2f}x (target >= 10x)")
+    return "\n".join(out) + "\n"
+
+
+def test_candidate_sets_against_vowpal_wabbit() -> None:
+    pytest.importorskip("vowpalwabbit")
+    rows = compare("bandit", 10_000, [0], vw_budget=600.0)
+    rows += compare("graph", 10_000, [0], vw_budget=600.0)
+    print("\n" + table(rows) + summary(rows))
+    for row in rows:
+        for tool in ("vw", "banditflow"):
+            assert 0.0 <= row[tool]["progressive_loss"] <= 1.0
+            assert row[tool]["decisions_per_s"] > 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=10_000)
+    parser.add_argument("--vw-budget", type=float, default=600.0,
+                        help="seconds VW may take on a stream (default: %(default)s)")
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds")
+    parser.add_argument("--task", choices=("bandit", "graph", "both"), default="both")
+    args = parser.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    kinds = ("bandit", "graph") if args.task == "both" else (args.task,)
+    rows = [row for kind in kinds for row in compare(kind, args.rounds, seeds, args.vw_budget)]
+    print(table(rows) + summary(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

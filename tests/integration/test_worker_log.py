@@ -1,0 +1,45 @@
+"""What `banditflow worker` says at its default log level (issue 29): one line when it is
+ready (version, bootstrap, partitions, metrics URL), one per rebalance, and nothing from the
+Kafka client libraries; `--loglevel info` shows the worker's own lines, still without the
+clients' chatter unless `--client-loglevel` asks for it."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from banditflow import __version__
+
+pytestmark = pytest.mark.integration
+
+
+def lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def test_ready_and_rebalance_lines_at_the_default_level(broker, start_worker, wait_until) -> None:
+    first = start_worker("quiet", partitions=4, extra_args=["--loglevel", "warning"])
+    wait_until(lambda: "ready" in first.log(), timeout_s=30)
+    ready = (rf"banditflow {re.escape(__version__)} worker ready: bootstrap "
+             rf"{re.escape(broker.bootstrap)} \(PLAINTEXT\), group quiet, topics quiet\.\*, "
+             rf"partitions \[0, 1, 2, 3\], metrics http://127\.0\.0\.1:{first.web_port}/metrics$")
+    assert [line for line in lines(first.log()) if re.search(ready, line)], first.log()
+
+    second = start_worker("quiet", partitions=4, extra_args=["--loglevel", "warning"])
+    wait_until(lambda: "rebalance: partitions" in first.log(), timeout_s=60)
+    rebalance = [line for line in lines(first.log()) if "rebalance: partitions" in line]
+    assert re.search(r"rebalance: partitions \[\d(, \d)*\] \(took \[\], gave up \[\d(, \d)*\]\)$",
+                     rebalance[0]), rebalance
+    wait_until(lambda: "worker ready" in second.log(), timeout_s=60)
+    for worker in (first, second):
+        # Besides those lines, only warnings (a client's "Heartbeat failed ... rebalancing").
+        others = [line for line in lines(worker.log()) if "banditflow.worker.lifecycle" not in line]
+        assert [line for line in others if not re.search(r" (WARNING|ERROR) ", line)] == []
+
+
+def test_info_keeps_the_client_libraries_at_warning(start_worker) -> None:
+    worker = start_worker("chatty", partitions=2)  # the fixture's --loglevel info
+    text = worker.log()
+    assert "INFO banditflow.worker" in text
+    assert not [line for line in lines(text) if re.search(r" (DEBUG|INFO) (aiokafka|kafka)", line)]
