@@ -18,6 +18,7 @@ a fetch sent after it is answered: the worker reads again before it expires anyt
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,7 +63,14 @@ class FetchAnswers:
 
         async def proc_fetch_request(assignment: Any, node_id: int, request: Any) -> Any:
             asked_at = self.clock()
-            result = await proc(assignment, node_id, request)
+            try:
+                result = await proc(assignment, node_id, request)
+            except asyncio.CancelledError:
+                # Cancelled by the consumer's close or an assignment change: aiokafka returns
+                # False then, except while it sleeps out a failed fetch's backoff, where the
+                # cancellation escaped and failed the consumer's stop (a worker whose broker
+                # died exited with a traceback instead of its status).
+                return False
             self.answered(assignment, request, asked_at)
             return result
 

@@ -128,3 +128,20 @@ def test_the_aiokafka_internals_it_wraps_are_there() -> None:
     source = inspect.getsource(Fetcher._proc_fetch_request)
     assert "tp_state.highwater = highwater" in source
     assert "tp_state.timestamp = now_ms" in source
+
+
+def test_a_cancelled_fetch_ends_quietly() -> None:
+    """Cancelled (the consumer closing) while aiokafka sleeps out a failed fetch's backoff:
+    the fetch ends as aiokafka ends any other cancelled one (False), and no answer is kept,
+    instead of failing the consumer's stop."""
+
+    async def main() -> None:
+        clock = Clock(5.0)
+        answers, fetcher, assignment = installed(clock)
+        task = asyncio.ensure_future(fetcher._proc_fetch_request(assignment, 0, request()))
+        await asyncio.sleep(0)  # (waiting for an answer that never comes)
+        task.cancel()
+        assert await task is False
+        assert answers.caught_up_at(TP, 0) is None
+
+    asyncio.run(main())
