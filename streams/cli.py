@@ -59,9 +59,10 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
         "--commit-interval-ms",
         type=float,
         default=30.0,
-        help="at most this long between a decision and the commit that publishes it: "
-        "shorter means lower latency but more state-log writes; a crash redoes at most "
-        "the events of one commit (default: %(default)s)",
+        help="how often state changes that published nothing (feedback, timers) are "
+        "committed; a decision or a dead letter is committed at once, in the next commit "
+        "that starts (one is in flight at a time); a crash redoes at most the events of "
+        "one commit (default: %(default)s)",
     )
     parser.add_argument(
         "--fetch-wait-ms",
