@@ -229,8 +229,8 @@ class LogReader:
     """Rebuilds a partition's state by reading its state log in offset order (``feed``)."""
 
     def __init__(self, keep_puts: bool = False) -> None:
-        """``keep_puts``: return each commit with its puts (audits); a recovery needs only
-        the latest value of each key."""
+        """``keep_puts``: return each commit with its puts, whole (audits: patches folded
+        as they are read); a recovery needs only the latest value of each key."""
         self.keep_puts = keep_puts
         self._whole: dict[str, bytes] = {}  # each key's last whole value (JSON text)
         self._patches: dict[str, list[bytes]] = {}  # and the patches read since, in order
@@ -256,17 +256,24 @@ class LogReader:
                 f"the state log holds patches of {sorted(self._unfounded)[:5]} but no whole "
                 "value for them since the snapshot it was read from: it is damaged"
             )
-        for key, patches in self._patches.items():
-            try:
-                value = orjson.loads(self._whole[key])
-                for patch in patches:
-                    value = apply(value, orjson.loads(patch))
-            except ValueError as exc:  # (orjson's decode error is one too)
-                raise StateLogError(f"the state log's patches of {key!r} do not fit its "
-                                    f"value: {exc}") from None
-            self._whole[key] = orjson.dumps(value)
-        self._patches.clear()
+        for key in list(self._patches):
+            self._fold(key)
         return self._whole
+
+    def _fold(self, key: str) -> bytes:
+        """``key``'s value with its patches applied (they are then dropped)."""
+        patches = self._patches.pop(key, [])
+        if not patches:
+            return self._whole[key]
+        try:
+            value = orjson.loads(self._whole[key])
+            for patch in patches:
+                value = apply(value, orjson.loads(patch))
+        except ValueError as exc:  # (orjson's decode error is one too)
+            raise StateLogError(f"the state log's patches of {key!r} do not fit its "
+                                f"value: {exc}") from None
+        text = self._whole[key] = orjson.dumps(value)
+        return text
 
     def put(self, key: str, value: bytes, patch: bool) -> None:
         """A key's value (JSON text), or with ``patch`` a patch of its value."""
@@ -310,11 +317,17 @@ class LogReader:
             return None
         payload = value if len(self._parts) == 1 else b"".join(self._parts)
         self._parts, self._header = [], None
-        if self.keep_puts:
+        if self.keep_puts:  # (an audit: each patch is folded as read, the puts made whole)
             commit = decode(payload)
-            patched = set(commit.patches)
+            patched, puts = set(commit.patches), []
             for put_key, put_value in commit.puts:
-                self.put(put_key, put_value, put_key in patched)
+                patch = put_key in patched
+                self.put(put_key, put_value, patch)
+                if patch and put_key in self._whole:
+                    put_value = self._fold(put_key)
+                    patched.discard(put_key)
+                puts.append((put_key, put_value))
+            commit.puts, commit.patches = puts, [key for key in commit.patches if key in patched]
             for deleted in commit.deletes:
                 self.delete(deleted)
         else:
@@ -647,7 +660,8 @@ async def _snapshot_pointer(
 
 async def read_commits(bootstrap: str, topic: str) -> dict[int, list[tuple[int, Commit]]]:
     """Every complete commit of every partition of a state log, from its beginning, with
-    the offset of its last record (for audits and tests; a recovery reads far less)."""
+    the offset of its last record (for audits and tests; a recovery reads far less), each
+    put whole (patches folded onto the values before them)."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()
     try:

@@ -407,3 +407,16 @@ def test_a_patch_with_no_value_to_patch_is_refused() -> None:
     for offset, (key, value) in enumerate(encode(whole, None, 1), start=1):
         reader.feed(offset, key, value)
     assert parsed(reader.values) == {"l/x": {"n": 1}}
+
+
+def test_an_audit_reads_every_commit_with_whole_values() -> None:
+    """Audits (read_commits) see each value a learner's entry had, in order, not patches."""
+    log, store = drive_one_learner(200)
+    audit = LogReader(keep_puts=True)
+    states = []
+    for record in log:
+        commit_ = audit.feed(*record)
+        assert commit_ is not None and commit_.patches == []
+        states += [value["state"] for key, value in commit_.values().items() if key == "l/x"]
+    assert len(states) == 200 and [state["n"] for state in states] == list(range(1, 201))
+    assert states[-1] == store.learners["x"].learner.to_state()
