@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+from collections.abc import Sequence
 from pathlib import Path
 
 from banditflow.offline.environments import APPLICATIONS
@@ -37,7 +38,8 @@ from banditflow.streams.simulate import (
 
 
 def start_worker(
-    bootstrap: str, web_port: int, partitions: int, prefix: str, log_path: Path
+    bootstrap: str, web_port: int, partitions: int, prefix: str, log_path: Path,
+    extra_args: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
     command = [
         sys.executable,
@@ -56,6 +58,7 @@ def start_worker(
         prefix,
         "--loglevel",
         "info",
+        *extra_args,
     ]
     with open(log_path, "ab") as log:
         return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
