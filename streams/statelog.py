@@ -373,7 +373,10 @@ class PartitionLog:
         )
         self._dump: _Dump | None = None
         # The JSON text this writer last wrote of each PATCHED key (what its next patch is
-        # against); a key it has not written yet is written whole first.
+        # against); a key it has not written yet is written whole first. Set as records are
+        # built: records not acknowledged where expected are sent again as they are (the
+        # worker's unfinished commit), or the partition and this writer are dropped and read
+        # back; so what a writer built last is what a reader of the log reads.
         self._written: dict[str, bytes] = {}
         self._inflight: tuple[int, int, dict[str, float] | None] | None = None
 
