@@ -46,9 +46,7 @@ def diff(old: Any, new: Any) -> Patch:
         }
         return ["d", changed, [key for key in old if key not in new]]
     if isinstance(old, list) and isinstance(new, list):
-        ops = _list_ops(old, new)
-        if ops is not None:
-            return ["l", ops]
+        return ["l", _list_ops(old, new)]
     return ["=", new]
 
 
@@ -89,22 +87,27 @@ def _same(a: Any, b: Any) -> bool:
     return not isinstance(a, list | dict) or orjson.dumps(a) == orjson.dumps(b)
 
 
-def _list_ops(old: list[Any], new: list[Any]) -> list[Any] | None:
+# How far a list patch looks ahead for where two lists agree again after they differ (C
+# scans by list.index: a miss costs some microseconds); edits further apart than this come
+# out as new elements, and the list may then be written whole (its patch no smaller).
+RESYNC = 4096
+
+
+def _list_ops(old: list[Any], new: list[Any]) -> list[Any]:
     """The ops building ``new`` from runs of ``old`` and new elements, in one pass: where the
     two agree, the longest run that agrees is copied (found by galloping over slice
     comparisons, so a run costs a few comparisons in C, not a step per element); where they
-    do not, an element of ``old`` that ``new`` lacks is dropped, and otherwise the element
-    of ``new`` is new. None when the elements are not all hashable scalars (nested lists
-    and objects: the list is then written whole)."""
-    try:
-        in_old, in_new = set(old), set(new)
-    except TypeError:  # (an unhashable element)
-        return None
+    do not, the nearer of the next ``old[i]`` in ``new`` (what comes before it is new) and
+    the next ``new[j]`` in ``old`` (what comes before it was dropped) resumes the copying,
+    else ``new[j]`` replaces ``old[i]``. Only runs found equal are copied, so the ops are
+    exact whatever the lists hold (no hashing: floats hash into few buckets)."""
+    # (one type throughout, as a list of floats: == decides, no run's types to compare)
+    typed = len(set(map(type, old)) | set(map(type, new))) > 1
     ops: list[Any] = []
     literal: list[Any] = []
     i = j = 0
     while j < len(new):
-        run = _run(old, i, new, j)
+        run = _run(old, i, new, j, typed)
         if run:
             if literal:
                 ops.append(literal)
@@ -112,37 +115,59 @@ def _list_ops(old: list[Any], new: list[Any]) -> list[Any] | None:
             ops += [i, i + run]
             i += run
             j += run
-        elif i < len(old) and old[i] not in in_new and new[j] in in_old:
-            i += 1  # dropped
+            continue
+        if i >= len(old):
+            literal += new[j:]
+            break
+        inserted = _find(new, old[i], j + 1, j + 1 + RESYNC)
+        reach = RESYNC if inserted is None else inserted - j - 1
+        dropped = _find(old, new[j], i + 1, i + 1 + reach) if reach else None
+        if dropped is not None:
+            i = dropped
+        elif inserted is not None:
+            literal += new[j:inserted]
+            j = inserted
         else:
             literal.append(new[j])
+            i += 1
             j += 1
     if literal:
         ops.append(literal)
     return ops
 
 
-def _run(old: list[Any], i: int, new: list[Any], j: int) -> int:
-    """The length of the longest run ``old[i:i+n]`` equal to ``new[j:j+n]`` as JSON."""
+def _find(values: list[Any], value: Any, start: int, stop: int) -> int | None:
+    """The first index of ``value`` in ``values[start:stop]`` (by ==), None if none."""
+    try:
+        return values.index(value, start, stop)
+    except ValueError:
+        return None
+
+
+def _run(old: list[Any], i: int, new: list[Any], j: int, typed: bool) -> int:
+    """The length of the longest run ``old[i:i+n]`` equal to ``new[j:j+n]`` as JSON: equal
+    by ==, found by galloping, then (``typed``: the lists mix types) cut at the first
+    element whose type differs (1, 1.0 and True are ==)."""
     limit = min(len(old) - i, len(new) - j)
     good, step = 0, 1
-    while good < limit and _same_run(old, i, new, j, good, min(limit, good + step)):
+    while good < limit and old[i + good : i + min(limit, good + step)] == (
+        new[j + good : j + min(limit, good + step)]
+    ):
         good = min(limit, good + step)
         step *= 2
-    if good == limit:
+    if good < limit:
+        bad = min(limit, good + step)
+        while bad - good > 1:  # a run of ``good`` agrees, one of ``bad`` does not
+            middle = (good + bad) // 2
+            if old[i + good : i + middle] == new[j + good : j + middle]:
+                good = middle
+            else:
+                bad = middle
+    if not typed:
         return good
-    bad = min(limit, good + step)
-    while bad - good > 1:  # a run of ``good`` agrees, one of ``bad`` does not
-        middle = (good + bad) // 2
-        if _same_run(old, i, new, j, good, middle):
-            good = middle
-        else:
-            bad = middle
+    types_old = list(map(type, old[i : i + good]))
+    types_new = list(map(type, new[j : j + good]))
+    if types_old != types_new:
+        good = next(k for k, (a, b) in enumerate(zip(types_old, types_new, strict=True))
+                    if a is not b)
     return good
-
-
-def _same_run(old: list[Any], i: int, new: list[Any], j: int, start: int, stop: int) -> bool:
-    """Whether ``old[i+start:i+stop]`` and ``new[j+start:j+stop]`` are equal as JSON (the
-    elements are scalars here: equal values of the same types)."""
-    a, b = old[i + start : i + stop], new[j + start : j + stop]
-    return a == b and list(map(type, a)) == list(map(type, b))
