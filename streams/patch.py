@@ -11,7 +11,8 @@ from it (learners stay pure: ``to_state`` is all the state log asks of them):
   ``["=", value]``; keys left out are unchanged);
 - ``["l", ops]``: a list, from the old one's elements: ``ops`` is a flat list in which two
   integers ``start, stop`` copy ``old[start:stop]`` and a list is new elements, in order.
-  Appends, removals and sorted inserts (SPS's scores) come out a few ops long.
+  Appends, removals and sorted inserts (SPS's scores) come out a few ops long. (A list
+  holding lists or objects is written whole, ``["=", value]``.)
 
 ``diff`` is exact whatever it is given (``apply(old, diff(old, new)) == new`` as JSON: 1, 1.0
 and True are told apart; of list elements, 0.0 and -0.0 are not); how small the patch is
@@ -46,7 +47,9 @@ def diff(old: Any, new: Any) -> Patch:
         }
         return ["d", changed, [key for key in old if key not in new]]
     if isinstance(old, list) and isinstance(new, list):
-        return ["l", _list_ops(old, new)]
+        types = set(map(type, old)) | set(map(type, new))
+        if not types & {list, dict}:  # (a list of lists, a matrix: written whole)
+            return ["l", _list_ops(old, new, len(types) > 1)]
     return ["=", new]
 
 
@@ -93,16 +96,15 @@ def _same(a: Any, b: Any) -> bool:
 RESYNC = 4096
 
 
-def _list_ops(old: list[Any], new: list[Any]) -> list[Any]:
+def _list_ops(old: list[Any], new: list[Any], typed: bool) -> list[Any]:
     """The ops building ``new`` from runs of ``old`` and new elements, in one pass: where the
     two agree, the longest run that agrees is copied (found by galloping over slice
     comparisons, so a run costs a few comparisons in C, not a step per element); where they
     do not, the nearer of the next ``old[i]`` in ``new`` (what comes before it is new) and
     the next ``new[j]`` in ``old`` (what comes before it was dropped) resumes the copying,
     else ``new[j]`` replaces ``old[i]``. Only runs found equal are copied, so the ops are
-    exact whatever the lists hold (no hashing: floats hash into few buckets)."""
-    # (one type throughout, as a list of floats: == decides, no run's types to compare)
-    typed = len(set(map(type, old)) | set(map(type, new))) > 1
+    exact (no hashing: floats hash into few buckets). The elements are scalars; ``typed``:
+    of more than one type (else == decides, and no run's types are compared)."""
     ops: list[Any] = []
     literal: list[Any] = []
     i = j = 0

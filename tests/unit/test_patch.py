@@ -49,9 +49,10 @@ def test_lists_of_repeated_elements_patch_exactly(old: list[int], new: list[int]
 
 
 def test_a_value_of_another_type_is_not_taken_for_an_equal_one() -> None:
-    old = {"n": 1, "flags": [1, 0, 1], "x": 2.0}
-    new = {"n": True, "flags": [1.0, 0, True], "x": 2}
+    old = {"n": 1, "flags": [1, 0, 1], "x": 2.0, "rows": [[1, 2], [3]]}
+    new = {"n": True, "flags": [1.0, 0, True], "x": 2, "rows": [[1.0, 2], [3]]}
     assert typed(apply(old, diff(old, new))) == typed(new)
+    assert typed(apply([[0], 1], diff([[0], 1], [[0.0], 1]))) == typed([[0.0], 1])
 
 
 def test_a_learner_like_sorted_list_patches_in_proportion_to_what_changed() -> None:
