@@ -370,7 +370,7 @@ class WorkerProcess:
         self.port = port or free_port()
         self.process = start_worker(
             run.bootstrap, self.port, PARTITIONS, prefix, run.logs / f"{log or prefix}.log",
-            args,
+            extra_args=args,
         )
 
     @property
