@@ -96,17 +96,19 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
         "--commit-interval-ms",
         type=float,
         default=30.0,
-        help="at most this long between a decision and the commit that publishes it: "
-        "shorter means lower latency but more state-log writes; a crash redoes at most "
-        "the events of one commit (default: %(default)s)",
+        help="how often state changes that published nothing (feedback, timers) are "
+        "committed; a decision or a dead letter is committed at once, in the next commit "
+        "that starts (one is in flight at a time); a crash redoes at most the events of "
+        "one commit (default: %(default)s)",
     )
     parser.add_argument(
         "--fetch-wait-ms",
         type=int,
         default=None,
-        help="how long a fetch may wait for records (default: 20 on the embedded broker, "
+        help="how long a fetch may wait for records (default: 10 on the embedded broker, "
         "which holds an empty fetch this long even when records arrive meanwhile, so it "
-        "adds up to that to a decision's latency; 500 elsewhere)",
+        "adds up to that to a decision's latency; 500 elsewhere, where a fetch returns as "
+        "soon as records arrive)",
     )
     parser.add_argument(
         "--max-batch",
@@ -182,6 +184,20 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+# The worker's input fetch wait per broker. The embedded broker (Tansu) holds a fetch that
+# found nothing for its whole wait, even when records arrive meanwhile: the wait adds up to
+# itself to a decision's latency, and a fetch lists every batch of its partition, so too
+# short a wait starves. A no-op consumer re-publishing each record at 500/s (issue 26):
+# p50/p99 20.5/71.8 ms with a 20 ms wait, 16.5/52.9 with 10, 26.6/135.8 with 5, and with 2 a
+# third of the records not back after seconds. The worker at 500/s (tests/benchmarks/
+# bench_latency.py, 2 rounds each on a loaded machine): p50/p99 45/250 ms with 10, 61/366
+# with 20, 39/663 with 5; idle CPU 0.08 / 0.05 / 0.09 of a core. Apache Kafka answers a fetch
+# as soon as records arrive: the wait costs no latency, it only bounds how often an idle
+# consumer asks (Kafka's default, 500 ms). A partition the embedded broker cannot list in
+# time raises the wait by itself (streams/fetch_wait.py).
+EMBEDDED_FETCH_WAIT_MS, KAFKA_FETCH_WAIT_MS = 10, 500
+
+
 def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is lazy: aiokafka)
     from banditflow.streams.broker import is_tansu
     from banditflow.streams.webconfig import WebConfig
@@ -191,7 +207,9 @@ def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is l
     if session is None or fetch_wait is None:
         tansu = is_tansu(args.kafka)
         session = session if session is not None else (2.0 if tansu else 10.0)
-        fetch_wait = fetch_wait if fetch_wait is not None else (20 if tansu else 500)
+        fetch_wait = fetch_wait if fetch_wait is not None else (
+            EMBEDDED_FETCH_WAIT_MS if tansu else KAFKA_FETCH_WAIT_MS
+        )
     return WorkerSettings(
         kafka=args.kafka,
         app_id=args.app_id,

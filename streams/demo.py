@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+from collections.abc import Sequence
 from pathlib import Path
 
 from banditflow.offline.environments import APPLICATIONS
@@ -41,6 +42,7 @@ from banditflow.streams.simulate import (
 def start_worker(
     bootstrap: str, web_port: int, partitions: int, prefix: str, log_path: Path,
     kafka_config: Path | None = None,
+    extra_args: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
     """A worker process (the BANDITFLOW_KAFKA_* variables reach it through the
     environment, ``kafka_config`` as its --kafka-config)."""
@@ -62,6 +64,7 @@ def start_worker(
         prefix,
         "--loglevel",
         "info",
+        *extra_args,
     ]
     with open(log_path, "ab") as log:
         return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)

@@ -74,6 +74,14 @@ class PrometheusSink(Sink):
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=r,
         )
+        self.decision_in_worker = Histogram(
+            "banditflow_decision_in_worker_seconds",
+            "Time from the fetch that brought a context to its decision's publication "
+            "(acknowledged): the worker's own share of a decision's latency",
+            buckets=(0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.02,
+                     0.03, 0.05, 0.1, 0.25, 0.5, 1),
+            registry=r,
+        )
         self.feedback_delay = Histogram(
             "banditflow_feedback_delay_seconds",
             "Time from a decision to its applied feedback",
@@ -202,6 +210,7 @@ class PrometheusSink(Sink):
         self._records: Counter[tuple[str, str]] = Counter()
         self._dead_letters: Counter[str] = Counter()
         self._latencies: list[float] = []
+        self._in_worker: list[float] = []
         self._delays: list[float] = []
 
     # Per-event observations are counted in plain Python and handed to prometheus_client in
@@ -214,10 +223,12 @@ class PrometheusSink(Sink):
         fenced commit's dead letters are never published, nor counted)."""
         self._dead_letters[reason] += 1
 
-    def published(self, latencies_s: list[float]) -> None:
+    def published(self, latencies_s: list[float], in_worker_s: list[float]) -> None:
         """Decisions published (acknowledged by the broker), each this long after its
-        context's timestamp (the worker's own observation, not the processors')."""
+        context's timestamp, and after the fetch that brought the context (the worker's own
+        observation, not the processors')."""
         self._latencies.extend(latencies_s)
+        self._in_worker.extend(in_worker_s)
 
     def feedback_applied(self, learner_id: str, delay_s: float) -> None:
         self._delays.append(delay_s)
@@ -230,11 +241,14 @@ class PrometheusSink(Sink):
             self.dead_letters.labels(reason).inc(count)
         for value in self._latencies:
             self.decision_latency.observe(value)
+        for value in self._in_worker:
+            self.decision_in_worker.observe(value)
         for value in self._delays:
             self.feedback_delay.observe(value)
         self._records.clear()
         self._dead_letters.clear()
         self._latencies.clear()
+        self._in_worker.clear()
         self._delays.clear()
 
     def pending(self, partition: int, open_decisions: int) -> None:

@@ -5,6 +5,9 @@ is one record (a few when large, see ``PART_BYTES``) holding, zstd-compressed JS
 
 - ``puts`` / ``deletes``: the latest value of every key the partition changed since the last
   commit (learner entries ``l/<id>``, decisions ``d/<id>/<event>``, holds ``h/<id>/<event>``);
+  a learner entry (``PATCHED``) is written as a patch against its last written value
+  (streams/patch.py, listed in ``patches``), so that what a commit writes is what changed,
+  however often commits come, not the learner's whole state each time;
 - ``marks``: the next offset of each input stream after the events the commit covers, and
   ``clock``: how far each stream had advanced in event time;
 - ``outbox``: the decisions the commit's events produced, exactly as published, and
@@ -20,11 +23,14 @@ twice, identical).
 **Bounded recovery.** The broker may never compact (the embedded one does not), so the log is
 read from a snapshot, not from its beginning. A snapshot is *fuzzy*: once the bytes written
 since the last one outgrow it, commits also carry slices of every key that existed when the
-snapshot began, until all are written. As every value in the log is a whole value (never a
-diff), replaying the log in order from the snapshot's first record rebuilds the state, whatever
-the commits in between changed. Each record's key names the latest complete snapshot, so a
-recovery reads the last record, seeks to that snapshot and reads to the end: O(state + what
-changed since), not O(history).
+snapshot began, until all are written. Every value in the log is a whole value or a patch of
+the value its writer last wrote for that key, and a snapshot slice writes its keys whole
+(and a writer writes a key whole before it patches it): so replaying the log in order from
+the snapshot's first record rebuilds the state, whatever the commits in between changed (a
+reader folds a key's patches onto its last whole value; a patch read before any whole value
+of its key is one the snapshot's whole value follows, and is passed over). Each record's key
+names the latest complete snapshot, so a recovery reads the last record, seeks to that
+snapshot and reads to the end: O(state + what changed since), not O(history).
 
 **Ownership.** A worker that takes over a partition writes a *claim* with a new epoch; records of
 older epochs that come after it in the log (a zombie's late commit) are ignored by every reader.
@@ -55,13 +61,18 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import OffsetOutOfRangeError
 
 from banditflow.learners.base import JSON
-from banditflow.processors.store import Changes, PartitionStore
+from banditflow.processors.store import LEARNER, Changes, PartitionStore
 from banditflow.streams.connection import KafkaConnection, as_connection
 from banditflow.streams.fetch_wait import FetchWait, set_fetch_wait
+from banditflow.streams.patch import apply, diff
 
 log = logging.getLogger("banditflow.statelog")
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: patches
+READABLE_VERSIONS = (2, 3)
+# Keys written as patches: learner entries, rewritten by every commit that touches their
+# learner (decisions and holds are written once or twice each, whole).
+PATCHED = (LEARNER,)
 # zstd at level 1: on commits of this log, a fifth smaller than zlib at level 1, three times
 # faster to write and twice as fast to read back.
 _COMPRESSOR = zstandard.ZstdCompressor(level=1)
@@ -96,6 +107,7 @@ class Commit:
     deletes: list[str] = field(default_factory=list)
     outbox: list[str] = field(default_factory=list)
     claim: bool = False
+    patches: list[str] = field(default_factory=list)  # keys of puts that are patches
     # Set on the commit that completes a snapshot: where it starts, how large it was and
     # when (wall clock).
     snapshot: dict[str, float] | None = None
@@ -114,10 +126,11 @@ class Commit:
             "dead_letters": self.dead_letters,
             "claim": self.claim,
             "snapshot": self.snapshot,
+            "patches": self.patches,
         }
 
     def values(self) -> dict[str, Any]:
-        """The puts, parsed (for audits and tests)."""
+        """The puts, parsed (for audits and tests; those named in ``patches`` are patches)."""
         return {key: orjson.loads(value) for key, value in self.puts}
 
 
@@ -142,9 +155,10 @@ class Header:
     @classmethod
     def decode(cls, key: bytes) -> Header:
         raw = orjson.loads(key)
-        if raw.get("v") != FORMAT_VERSION:
-            raise StateLogError(f"state log record of format {raw.get('v')!r}, expected "
-                                f"{FORMAT_VERSION}: written by another banditflow version?")
+        if raw.get("v") not in READABLE_VERSIONS:
+            raise StateLogError(f"state log record of format {raw.get('v')!r}, expected one "
+                                f"of {READABLE_VERSIONS}: written by another banditflow "
+                                "version?")
         return cls(raw["e"], raw["s"], raw["p"], raw["n"], raw["snap"], raw["o"])
 
 
@@ -190,29 +204,31 @@ def encode(commit: Commit, snapshot_at: int | None, offset: int) -> list[tuple[b
     ]
 
 
-def decode(payload: bytes, into: dict[str, bytes] | None = None) -> Commit:
+def decode(payload: bytes, into: LogReader | None = None) -> Commit:
     """The commit in ``payload``. With ``into``, its puts and deletes go straight into that
-    mapping instead of the returned commit (a recovery: nothing built per put but the
-    value's bytes)."""
+    reader's values instead of the returned commit (a recovery: nothing built per put but
+    the value's bytes)."""
     raw = _DECOMPRESSOR.decompress(payload)
     end = raw.index(b"\n")
     header = orjson.loads(raw[:end])
     keys, lengths, position = header["keys"], header["lengths"], end + 1
+    patches = header.get("patches", [])  # (format 2 has none)
     puts: list[tuple[str, bytes]] = []
     if into is None:
         for key, length in zip(keys, lengths, strict=True):
             puts.append((key, raw[position : position + length]))
             position += length
     else:
+        patched = set(patches)
         for key, length in zip(keys, lengths, strict=True):
             following = position + length
-            into[key] = raw[position:following]
+            into.put(key, raw[position:following], key in patched)
             position = following
         for key in header["deletes"]:
-            into.pop(key, None)
+            into.delete(key)
     return Commit(
         header["epoch"], header["seq"], header["marks"], header["clock"], puts,
-        header["deletes"], header["outbox"], header["claim"], header["snapshot"],
+        header["deletes"], header["outbox"], header["claim"], patches, header["snapshot"],
         header.get("dead_letters", []),  # (absent in logs written before they were kept)
     )
 
@@ -221,10 +237,14 @@ class LogReader:
     """Rebuilds a partition's state by reading its state log in offset order (``feed``)."""
 
     def __init__(self, keep_puts: bool = False) -> None:
-        """``keep_puts``: return each commit with its puts (audits); a recovery needs only
-        the latest value of each key."""
+        """``keep_puts``: return each commit with its puts, whole (audits: patches folded
+        as they are read); a recovery needs only the latest value of each key."""
         self.keep_puts = keep_puts
-        self.values: dict[str, bytes] = {}  # JSON text, parsed by PartitionStore.load
+        self._whole: dict[str, bytes] = {}  # each key's last whole value (JSON text)
+        self._patches: dict[str, list[bytes]] = {}  # and the patches read since, in order
+        # Keys whose patches came before any whole value (a log read from a snapshot: the
+        # snapshot writes them whole further on; left over at the end, the log is damaged).
+        self._unfounded: set[str] = set()
         self.epoch = -1
         self.last: Commit | None = None  # the last complete commit
         self.snapshot: dict[str, float] | None = None  # the last complete snapshot read
@@ -233,6 +253,51 @@ class LogReader:
         self.commits = 0
         self._parts: list[bytes] = []
         self._header: Header | None = None
+
+    @property
+    def values(self) -> dict[str, bytes]:
+        """Every key's value as of the last commit read (JSON text, parsed by
+        PartitionStore.load): patches are folded onto their whole value here, once, not as
+        they are read."""
+        if self._unfounded:
+            raise StateLogError(
+                f"the state log holds patches of {sorted(self._unfounded)[:5]} but no whole "
+                "value for them since the snapshot it was read from: it is damaged"
+            )
+        for key in list(self._patches):
+            self._fold(key)
+        return self._whole
+
+    def _fold(self, key: str) -> bytes:
+        """``key``'s value with its patches applied (they are then dropped)."""
+        patches = self._patches.pop(key, [])
+        if not patches:
+            return self._whole[key]
+        try:
+            value = orjson.loads(self._whole[key])
+            for patch in patches:
+                value = apply(value, orjson.loads(patch))
+        except ValueError as exc:  # (orjson's decode error is one too)
+            raise StateLogError(f"the state log's patches of {key!r} do not fit its "
+                                f"value: {exc}") from None
+        text = self._whole[key] = orjson.dumps(value)
+        return text
+
+    def put(self, key: str, value: bytes, patch: bool) -> None:
+        """A key's value (JSON text), or with ``patch`` a patch of its value."""
+        if not patch:
+            self._whole[key] = value
+            self._patches.pop(key, None)
+            self._unfounded.discard(key)
+        elif key in self._whole:
+            self._patches.setdefault(key, []).append(value)
+        else:
+            self._unfounded.add(key)
+
+    def delete(self, key: str) -> None:
+        self._whole.pop(key, None)
+        self._patches.pop(key, None)
+        self._unfounded.discard(key)
 
     def feed(self, offset: int, key: bytes, value: bytes) -> Commit | None:
         """Read one record; returns the commit it completes, if any."""
@@ -260,13 +325,21 @@ class LogReader:
             return None
         payload = value if len(self._parts) == 1 else b"".join(self._parts)
         self._parts, self._header = [], None
-        if self.keep_puts:
+        if self.keep_puts:  # (an audit: each patch is folded as read, the puts made whole)
             commit = decode(payload)
-            self.values.update(commit.puts)
+            patched, puts = set(commit.patches), []
+            for put_key, put_value in commit.puts:
+                patch = put_key in patched
+                self.put(put_key, put_value, patch)
+                if patch and put_key in self._whole:
+                    put_value = self._fold(put_key)
+                    patched.discard(put_key)
+                puts.append((put_key, put_value))
+            commit.puts, commit.patches = puts, [key for key in commit.patches if key in patched]
             for deleted in commit.deletes:
-                self.values.pop(deleted, None)
+                self.delete(deleted)
         else:
-            commit = decode(payload, into=self.values)
+            commit = decode(payload, into=self)
         self.epoch = max(self.epoch, commit.epoch)
         if commit.snapshot is not None:
             self.snapshot = commit.snapshot
@@ -307,6 +380,12 @@ class PartitionLog:
             reader.snapshot.get("at", 0.0) if reader.snapshot is not None else float("-inf")
         )
         self._dump: _Dump | None = None
+        # The value this writer last wrote of each PATCHED key, as JSON reads it back (what
+        # its next patch is against); a key it has not written yet is written whole first.
+        # Set as records are built: records not acknowledged where expected are sent again
+        # as they are (the worker's unfinished commit), or the partition and this writer are
+        # dropped and read back; so what a writer built last is what a reader reads.
+        self._written: dict[str, Any] = {}
         self._inflight: tuple[int, int, dict[str, float] | None] | None = None
         self._built: tuple[Commit, dict[str, float] | None] | None = None  # (for rewrite)
 
@@ -324,21 +403,29 @@ class PartitionLog:
         dead_letters: Sequence[str] = (),
     ) -> list[tuple[bytes, bytes]]:
         """The records of the next commit (changes, plus a snapshot slice when one is due)."""
-        def dumps(value: Any) -> bytes:
-            return value if isinstance(value, bytes) else orjson.dumps(value)
-
-        puts, completed = [(key, dumps(value)) for key, value in changes.puts], None
         dump = self._dump
         if dump is None and self._snapshot_due(store.key_count()):
             dump = self._dump = _Dump(self.next_offset, self.log_bytes, store.log_keys())
+        end = 0 if dump is None else min(len(dump.keys), dump.index + SNAPSHOT_SLICE_KEYS)
+        sliced = [] if dump is None else dump.keys[dump.index : end]
+        whole = set(sliced)  # a snapshot's keys are written whole
+        puts: list[tuple[str, bytes]] = []
+        patches: list[str] = []
+        for key, value in changes.puts:
+            text, patched = self._text(key, value, key in whole)
+            puts.append((key, text))
+            if patched:
+                patches.append(key)
+        for key in changes.deletes:
+            self._written.pop(key, None)
+        completed = None
         if dump is not None:
-            written = {key for key, _ in puts} | set(changes.deletes)
-            end = min(len(dump.keys), dump.index + SNAPSHOT_SLICE_KEYS)
-            for key in dump.keys[dump.index : end]:
+            written = {key for key, _ in changes.puts} | set(changes.deletes)
+            for key in sliced:
                 if key not in written:
                     value = store.value(key)
                     if value is not None:
-                        puts.append((key, dumps(value)))
+                        puts.append((key, self._text(key, value, True)[0]))
             dump.index = end
             if end == len(dump.keys):
                 completed = {
@@ -348,9 +435,25 @@ class PartitionLog:
                 }
         commit = Commit(
             self.epoch, self.seq, marks, clock, puts, changes.deletes, outbox,
-            snapshot=completed, dead_letters=list(dead_letters),
+            patches=patches, snapshot=completed, dead_letters=list(dead_letters),
         )
         return self._records(commit, completed)
+
+    def _text(self, key: str, value: Any, whole: bool) -> tuple[bytes, bool]:
+        """What to write for ``key``: its JSON text, or a patch against the value this
+        writer last wrote for it (a ``PATCHED`` key, not ``whole``, when the patch is the
+        smaller); and whether it is a patch."""
+        text = value if isinstance(value, bytes) else orjson.dumps(value)
+        if not key.startswith(PATCHED):
+            return text, False
+        last = self._written.get(key)
+        # (parsed back: a copy that later changes of the live state cannot reach)
+        self._written[key] = orjson.loads(text)
+        if last is None or whole:
+            return text, False
+        current = orjson.loads(text) if isinstance(value, bytes) else value
+        patch = orjson.dumps(diff(last, current))
+        return (patch, True) if len(patch) < len(text) else (text, False)
 
     def _records(
         self, commit: Commit, completed: dict[str, int] | None
@@ -598,7 +701,8 @@ async def read_commits(
     kafka: KafkaConnection | str, topic: str
 ) -> dict[int, list[tuple[int, Commit]]]:
     """Every complete commit of every partition of a state log, from its beginning, with
-    the offset of its last record (for audits and tests; a recovery reads far less)."""
+    the offset of its last record (for audits and tests; a recovery reads far less), each
+    put whole (patches folded onto the values before them)."""
     consumer = AIOKafkaConsumer(**as_connection(kafka).aiokafka_kwargs(),
                                 enable_auto_commit=False)
     await consumer.start()

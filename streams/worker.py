@@ -6,11 +6,13 @@ One asyncio process, on aiokafka:
   topic (learners, contexts, feedback, truth) goes to the same worker;
 - per owned partition a :class:`PartitionRuntime`: the processor and its in-memory store,
   the state log writer, the stream clocks and the input marks (the next offset per stream);
-- a committer: every ``commit_interval_s`` (sooner once ``max_batch_events`` wait) it runs
-  the timers, writes each partition's changes and input marks to the state log as one
-  record, and once the broker has acknowledged it, publishes the decisions and dead letters
-  (a fenced former owner's never go out). Events keep flowing in while a commit is in
-  flight; a commit never waits for the input to run out;
+- a committer (a group commit): as soon as applied events produced a decision or a dead
+  letter and no commit is in flight (else every ``commit_interval_s``, or once
+  ``max_batch_events`` wait) it runs the timers, writes each partition's changes and input
+  marks to the state log as one record, and once the broker has acknowledged it, publishes
+  the decisions and dead letters (a fenced former owner's never go out). Events keep flowing
+  in while a commit is in flight and go into the next one, so commits grow with the load; a
+  commit never waits for the input to run out;
 - on assignment, a partition is read back from its state log (from its latest snapshot),
   the last commit's decisions and dead letters are published again, a claim fences former
   owners, and the inputs resume at the recovered marks; on revocation, a final commit;
@@ -79,8 +81,10 @@ class WorkerSettings:
     partitions: int = 4
     web_host: str = "127.0.0.1"
     web_port: int = 6066
-    # At most this long between a decision and the commit that publishes it (under load,
-    # commits follow each other as fast as the broker acknowledges them).
+    # How often a partition whose events produced nothing to publish (feedback only, timers)
+    # commits its state and marks; events that produced a decision or a dead letter are
+    # committed at once (group commit: commits follow each other as fast as the broker
+    # acknowledges them, each taking what arrived while the previous one was in flight).
     commit_interval_s: float = 0.03
     # A commit starts early once this many events wait; the input pauses at twice as many.
     max_batch_events: int = 2000
@@ -93,7 +97,8 @@ class WorkerSettings:
     # session to time out. Default: the host name and web port.
     instance_id: str = ""
     # How long a fetch may wait for records: the embedded broker answers an empty fetch only
-    # when this ends, even if records arrive meanwhile, so it adds to the input's latency.
+    # when this ends, even if records arrive meanwhile, so it adds to the input's latency
+    # (the CLI's default is per broker: streams/cli.py, EMBEDDED_FETCH_WAIT_MS).
     fetch_wait_ms: int = 500
     # A caught-up stream's clock follows the wall clock, this far behind (records a
     # producer has stamped but not yet delivered must not be overtaken).
@@ -142,6 +147,7 @@ class PartitionRuntime:
         self.committed_marks = dict(self.marks)
         self.decisions: list[str] = []
         self.context_ts: list[float] = []  # of the fresh decisions (for the latency)
+        self.decided_at: list[float] = []  # of the same (the fetch that brought the context)
         self.dead_letters: list[DeadLetter] = []
         self.active = False
         self.unsealed = False  # the last commit published decisions (see Worker.seal)
@@ -183,6 +189,7 @@ class PartitionRuntime:
             self.decisions.append(decision.to_json().decode())
             if not decision.redelivered and decision.context_ts is not None:
                 self.context_ts.append(decision.context_ts)
+                self.decided_at.append(decision.decided_at)
         self.dead_letters.extend(emitted.dead_letters)
 
     def times(self, caught_up_at: dict[str, float | None]) -> StreamTimes:
@@ -456,6 +463,7 @@ class Cut:
     state: list[tuple[bytes, bytes]]
     decisions: list[str]
     context_ts: list[float]
+    decided_at: list[float]
     dead_letters: list[str]  # as in the state log record
     dead_reasons: list[str]
     marks: dict[str, int]
@@ -697,6 +705,11 @@ class Worker:
                 for record in records:
                     part.handle(stream, record, wall)
                 self._waiting_events += len(records)
+                # Group commit: what produced an output is committed at once (or as soon as
+                # the commit in flight is acknowledged, with whatever came meanwhile);
+                # events that produced nothing wait for the interval.
+                if part.decisions or part.dead_letters:
+                    self._commit_wanted.set()
             if self._waiting_events >= self.settings.max_batch_events:
                 self._commit_wanted.set()
         stop.cancel()
@@ -714,8 +727,11 @@ class Worker:
 
     # ------------------------------------------------------------------ commits
     async def _commit_loop(self) -> None:
-        """Commit every interval (or sooner when the input is ahead) until the worker stops;
-        a commit in flight always completes (see commit())."""
+        """Commit until the worker stops: at once when applied events produced a decision or
+        a dead letter (a group commit: one commit in flight at a time, and what arrives
+        while it is in flight goes into the next), when ``max_batch_events`` wait, and
+        otherwise every interval (state, marks and timers of quiet partitions). A commit in
+        flight always completes (see commit())."""
         interval = self.settings.commit_interval_s
         while not self.stopping.is_set():
             started = time.monotonic()
@@ -774,13 +790,15 @@ class Worker:
                 self._export_gauges(part, key[2:])
         decisions, part.decisions = part.decisions, []
         context_ts, part.context_ts = part.context_ts, []
+        decided_at, part.decided_at = part.decided_at, []
         dead, part.dead_letters = part.dead_letters, []
         marks = dict(part.marks)
         dead_json = [d.model_dump_json() for d in dead]
         state = part.log.commit(
             processor.store, changes, marks, dict(part.clock), decisions, dead_json
         )
-        return Cut(part, state, decisions, context_ts, dead_json, [d.reason for d in dead], marks)
+        return Cut(part, state, decisions, context_ts, decided_at, dead_json,
+                   [d.reason for d in dead], marks)
 
     def _unexport(self, part: PartitionRuntime) -> None:
         """Drop the series of ``part`` and its learners: whoever recovers the partition
@@ -837,7 +855,8 @@ class Worker:
             self.broker_heard = time.monotonic()
             published = time.time()
             for cut in written:
-                self.sink.published([max(0.0, published - ts) for ts in cut.context_ts])
+                self.sink.published([max(0.0, published - ts) for ts in cut.context_ts],
+                                    [max(0.0, published - at) for at in cut.decided_at])
                 for reason in cut.dead_reasons:  # (counted once out, not when produced)
                     self.sink.dead_lettered(reason)
                 cut.part.committed_marks = cut.marks

@@ -359,15 +359,18 @@ class WorkerProcess:
     """A banditflow worker started with streams.demo.start_worker (app id = prefix)."""
 
     def __init__(
-        self, run: Run, prefix: str, port: int | None = None, log: str | None = None
+        self, run: Run, prefix: str, port: int | None = None, log: str | None = None,
+        args: Sequence[str] = (),
     ) -> None:
         """``port``: a restarted worker keeps its predecessor's web port (its identity, as
         under a supervisor), so that it evicts the dead member from the group at once.
-        ``log``: the log file's name (default: the prefix; workers side by side need one each)."""
+        ``log``: the log file's name (default: the prefix; workers side by side need one each).
+        ``args``: more ``banditflow worker`` options."""
         self.run, self.prefix, self.topics = run, prefix, Topics(prefix)
         self.port = port or free_port()
         self.process = start_worker(
-            run.bootstrap, self.port, PARTITIONS, prefix, run.logs / f"{log or prefix}.log"
+            run.bootstrap, self.port, PARTITIONS, prefix, run.logs / f"{log or prefix}.log",
+            extra_args=args,
         )
 
     @property

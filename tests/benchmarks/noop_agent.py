@@ -10,14 +10,14 @@ environment variables (bench_state_layer.py sets them and starts it as a subproc
     NOOP_OUTPUT         output topic
     NOOP_PARTITIONS     partitions per topic (default 4)
     NOOP_DATADIR        Faust's data directory (default: a temporary one)
-    NOOP_FETCH_WAIT_MS  the consumer's fetch_max_wait_ms (default 20, as the banditflow worker)
+    NOOP_FETCH_WAIT_MS  the consumer's fetch_max_wait_ms (default 10, as the banditflow worker)
 
 Run: ``python tests/benchmarks/noop_agent.py worker -l warn``.
 
 One deviation from a stock Faust app: Faust hard-codes ``fetch_max_wait_ms=1500`` for its
 consumer, and the embedded broker (Tansu) answers a fetch that found no data only when that
 wait ends, so every burst after a pause would start up to 1.5 s late. The agent uses the
-banditflow worker's 20 ms instead, so that the comparison measures processing, not that wait.
+banditflow worker's 10 ms instead, so that the comparison measures processing, not that wait.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
-FETCH_WAIT_MS = int(os.environ.get("NOOP_FETCH_WAIT_MS", "20"))
+FETCH_WAIT_MS = int(os.environ.get("NOOP_FETCH_WAIT_MS", "10"))
 _create_worker_consumer = faust_aiokafka.AIOKafkaConsumerThread._create_worker_consumer
 
 

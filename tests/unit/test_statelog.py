@@ -399,3 +399,73 @@ def test_a_first_snapshot_of_no_keys_does_not_put_the_next_one_off() -> None:
     assert not writer.wants_commit(100_000)
     writer.log_bytes += statelog.SNAPSHOT_MIN_BYTES + 1  # a megabyte of commits since
     assert writer.wants_commit(100_000)
+
+
+def drive_one_learner(commits: int) -> tuple[Records, PartitionStore]:
+    """One SPS learner with an exact horizon (it keeps up to (1 - alpha) T scores), a context
+    and its feedback per commit: a commit per decision, as a group commit at low load."""
+    rng = np.random.default_rng(11)
+    processor = Processor()
+    config = {"learner_id": "x", "family": "conformal", "algorithm": "sps",
+              "params": {"alpha": 0.9, "horizon": 100_000}}
+    processor.on_config("x", json.dumps(config).encode(), Source("learners"), 0.0)
+    log: Records = []
+    writer = PartitionLog(0, LogReader())
+    writer.snapshot_taken = time.time()  # (snapshots by size only)
+    for t in range(commits):
+        body = {"learner_id": "x", "event_id": f"e{t}", "labels": ["a", "b"],
+                "scores": rng.normal(size=2).round(6).tolist()}
+        processor.on_context(json.dumps(body).encode(), Source("contexts"), float(t))
+        feedback = {"learner_id": "x", "event_id": f"e{t}", "label": "a"}
+        processor.on_feedback(json.dumps(feedback).encode(), Source("feedback"), float(t))
+        records = writer.commit(processor.store, processor.store.changes(), {}, {}, [])
+        assert writer.acked(append(log, records))
+    return log, processor.store
+
+
+def test_a_learner_touched_by_every_commit_writes_what_changed(monkeypatch) -> None:
+    """More commits must not mean more bytes: a learner's state is written as a patch
+    against the last value written, not whole (which grew with its scores, ~18 bytes each);
+    the log read back from its latest snapshot is the live state."""
+    log, store = drive_one_learner(3000)
+    patched = [decode(value) for _, _, value in log[-500:]]
+    # (but a snapshot's slice, which writes its keys whole)
+    assert sum(commit.patches == ["l/x"] for commit in patched) >= 0.95 * len(patched)
+    tail = sum(len(value) for _, _, value in log[-500:])
+    monkeypatch.setattr(statelog, "PATCHED", ())  # the same, every learner written whole
+    whole_log, _ = drive_one_learner(3000)
+    whole_tail = sum(len(value) for _, _, value in whole_log[-500:])
+    assert tail < whole_tail / 5, (tail, whole_tail)
+    reader = recover(log)
+    assert reader.snapshot is not None  # (the recovery starts at a snapshot, past patches)
+    assert parsed(reader.values) == {key: store.value(key) for key in store.log_keys()}
+    restored = PartitionStore.load(reader.values.items(), retention_s=600.0)
+    assert restored.learners["x"].learner.to_state() == store.learners["x"].learner.to_state()
+
+
+def test_a_patch_with_no_value_to_patch_is_refused() -> None:
+    """A patch whose key has no whole value before it, and none after it, says the log is
+    damaged: the recovery refuses it rather than start a learner without its state."""
+    reader = LogReader()
+    commit_ = commit(1, 0, [("l/x", ["d", {"n": ["=", 2]}, []])], patches=["l/x"])
+    for offset, (key, value) in enumerate(encode(commit_, None, 0)):
+        reader.feed(offset, key, value)
+    with pytest.raises(statelog.StateLogError, match="no whole value"):
+        _ = reader.values
+    whole = commit(1, 1, [("l/x", {"n": 1})])
+    for offset, (key, value) in enumerate(encode(whole, None, 1), start=1):
+        reader.feed(offset, key, value)
+    assert parsed(reader.values) == {"l/x": {"n": 1}}
+
+
+def test_an_audit_reads_every_commit_with_whole_values() -> None:
+    """Audits (read_commits) see each value a learner's entry had, in order, not patches."""
+    log, store = drive_one_learner(200)
+    audit = LogReader(keep_puts=True)
+    states = []
+    for record in log:
+        commit_ = audit.feed(*record)
+        assert commit_ is not None and commit_.patches == []
+        states += [value["state"] for key, value in commit_.values().items() if key == "l/x"]
+    assert len(states) == 200 and [state["n"] for state in states] == list(range(1, 201))
+    assert states[-1] == store.learners["x"].learner.to_state()

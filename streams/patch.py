@@ -1,0 +1,175 @@
+"""What changed in a JSON value: a patch that turns the last written value into the new one.
+
+The state log writes a learner's state whenever a commit touches the learner. Whole, that is
+the learner's whole state per commit, and more commits (a group commit per decision) would
+mean more bytes: an SPS learner with an exact horizon keeps up to (1 - alpha) T scores and
+changes a few per commit. A patch holds only what changed, for any learner, with no help
+from it (learners stay pure: ``to_state`` is all the state log asks of them):
+
+- ``["=", value]``: the value, whole;
+- ``["d", {key: patch}, [removed keys]]``: a JSON object, key by key (a new key's patch is
+  ``["=", value]``; keys left out are unchanged);
+- ``["l", ops]``: a list, from the old one's elements: ``ops`` is a flat list in which two
+  integers ``start, stop`` copy ``old[start:stop]`` and a list is new elements, in order.
+  Appends, removals and sorted inserts (SPS's scores) come out a few ops long. (A list
+  holding lists or objects is written whole, ``["=", value]``.)
+
+``diff`` is exact whatever it is given (``apply(old, diff(old, new)) == new`` as JSON: 1, 1.0
+and True are told apart; of list elements, 0.0 and -0.0 are not); how small the patch is
+depends on how the value changed. The values are JSON as ``orjson`` reads it back: dicts
+with string keys, lists, strings, numbers, booleans and None.
+
+>>> old = {"n": 3, "above": [0.1, 0.4, 0.7], "tau": None}
+>>> new = {"n": 5, "above": [0.4, 0.5, 0.7, 0.9], "tau": 0.2}
+>>> patch = diff(old, new)
+>>> patch
+['d', {'n': ['=', 5], 'above': ['l', [1, 2, [0.5], 2, 3, [0.9]]], 'tau': ['=', 0.2]}, []]
+>>> apply(old, patch) == new
+True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+Patch = list[Any]
+
+
+def diff(old: Any, new: Any) -> Patch:
+    """A patch turning ``old`` into ``new`` (both JSON values)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        changed = {
+            key: ["=", value] if key not in old else diff(old[key], value)
+            for key, value in new.items()
+            if key not in old or not _same(old[key], value)
+        }
+        return ["d", changed, [key for key in old if key not in new]]
+    if isinstance(old, list) and isinstance(new, list):
+        types = set(map(type, old)) | set(map(type, new))
+        if not types & {list, dict}:  # (a list of lists, a matrix: written whole)
+            return ["l", _list_ops(old, new, len(types) > 1)]
+    return ["=", new]
+
+
+def apply(old: Any, patch: Patch) -> Any:
+    """``old`` with ``patch`` applied (``old`` is not changed). Raises ``ValueError`` for a
+    patch that does not fit ``old``."""
+    kind = patch[0]
+    if kind == "=":
+        return patch[1]
+    if kind == "d" and isinstance(old, dict):
+        value = {key: item for key, item in old.items() if key not in patch[2]}
+        for key, change in patch[1].items():
+            value[key] = apply(old.get(key), change)
+        return value
+    if kind == "l" and isinstance(old, list):
+        result: list[Any] = []
+        ops, i = patch[1], 0
+        while i < len(ops):
+            op = ops[i]
+            if isinstance(op, list):
+                result.extend(op)
+                i += 1
+            else:
+                start, stop = op, ops[i + 1]
+                if not 0 <= start <= stop <= len(old):
+                    raise ValueError(f"a list patch copies [{start}:{stop}] of {len(old)}")
+                result.extend(old[start:stop])
+                i += 2
+        return result
+    raise ValueError(f"a patch of kind {kind!r} does not fit a {type(old).__name__}")
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as JSON: of the same type, and a container with the same text (Python has
+    1 == 1.0 == True inside lists and objects too)."""
+    if type(a) is not type(b) or a != b:
+        return False
+    return not isinstance(a, list | dict) or orjson.dumps(a) == orjson.dumps(b)
+
+
+# How far a list patch looks ahead for where two lists agree again after they differ (C
+# scans by list.index: a miss costs some microseconds); edits further apart than this come
+# out as new elements, and the list may then be written whole (its patch no smaller).
+RESYNC = 4096
+
+
+def _list_ops(old: list[Any], new: list[Any], typed: bool) -> list[Any]:
+    """The ops building ``new`` from runs of ``old`` and new elements, in one pass: where the
+    two agree, the longest run that agrees is copied (found by galloping over slice
+    comparisons, so a run costs a few comparisons in C, not a step per element); where they
+    do not, the nearer of the next ``old[i]`` in ``new`` (what comes before it is new) and
+    the next ``new[j]`` in ``old`` (what comes before it was dropped) resumes the copying,
+    else ``new[j]`` replaces ``old[i]``. Only runs found equal are copied, so the ops are
+    exact (no hashing: floats hash into few buckets). The elements are scalars; ``typed``:
+    of more than one type (else == decides, and no run's types are compared)."""
+    ops: list[Any] = []
+    literal: list[Any] = []
+    i = j = 0
+    while j < len(new):
+        run = _run(old, i, new, j, typed)
+        if run:
+            if literal:
+                ops.append(literal)
+                literal = []
+            ops += [i, i + run]
+            i += run
+            j += run
+            continue
+        if i >= len(old):
+            literal += new[j:]
+            break
+        inserted = _find(new, old[i], j + 1, j + 1 + RESYNC)
+        reach = RESYNC if inserted is None else inserted - j - 1
+        dropped = _find(old, new[j], i + 1, i + 1 + reach) if reach else None
+        if dropped is not None:
+            i = dropped
+        elif inserted is not None:
+            literal += new[j:inserted]
+            j = inserted
+        else:
+            literal.append(new[j])
+            i += 1
+            j += 1
+    if literal:
+        ops.append(literal)
+    return ops
+
+
+def _find(values: list[Any], value: Any, start: int, stop: int) -> int | None:
+    """The first index of ``value`` in ``values[start:stop]`` (by ==), None if none."""
+    try:
+        return values.index(value, start, stop)
+    except ValueError:
+        return None
+
+
+def _run(old: list[Any], i: int, new: list[Any], j: int, typed: bool) -> int:
+    """The length of the longest run ``old[i:i+n]`` equal to ``new[j:j+n]`` as JSON: equal
+    by ==, found by galloping, then (``typed``: the lists mix types) cut at the first
+    element whose type differs (1, 1.0 and True are ==)."""
+    limit = min(len(old) - i, len(new) - j)
+    good, step = 0, 1
+    while good < limit and old[i + good : i + min(limit, good + step)] == (
+        new[j + good : j + min(limit, good + step)]
+    ):
+        good = min(limit, good + step)
+        step *= 2
+    if good < limit:
+        bad = min(limit, good + step)
+        while bad - good > 1:  # a run of ``good`` agrees, one of ``bad`` does not
+            middle = (good + bad) // 2
+            if old[i + good : i + middle] == new[j + good : j + middle]:
+                good = middle
+            else:
+                bad = middle
+    if not typed:
+        return good
+    types_old = list(map(type, old[i : i + good]))
+    types_new = list(map(type, new[j : j + good]))
+    if types_old != types_new:
+        good = next(k for k, (a, b) in enumerate(zip(types_old, types_new, strict=True))
+                    if a is not b)
+    return good
