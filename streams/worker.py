@@ -881,7 +881,8 @@ class Worker:
                     records = part.log.commit(
                         part.processor.store, Changes(), dict(part.marks), dict(part.clock), []
                     )
-                    cuts.append(Cut(part, records, [], [], [], [], dict(part.marks)))
+                    cuts.append(Cut(part, records, decisions=[], context_ts=[], decided_at=[],
+                                    dead_letters=[], dead_reasons=[], marks=dict(part.marks)))
             for cut, offsets in zip(cuts, await self._send_state(cuts), strict=True):
                 if cut.part.log.acked(offsets):
                     cut.part.unsealed = False
