@@ -228,9 +228,13 @@ async def _body(request: Request, learner_id: str) -> dict[str, Any]:
     return value
 
 
-def _body_schema(model: type, optional: tuple[str, ...]) -> dict[str, Any]:
+def _body_schema(model: type, optional: tuple[str, ...], components: dict[str, Any]
+                 ) -> dict[str, Any]:
+    """``model``'s JSON Schema with ``optional`` fields not required; the models it nests
+    (its ``$defs``: a config's candidates, a context's candidate actions) go to
+    ``components``, where its references point."""
     schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-    schema.pop("$defs", None)
+    components.update(schema.pop("$defs", {}))
     schema["required"] = [n for n in schema.get("required", []) if n not in optional]
     return schema
 
@@ -378,13 +382,12 @@ def build_app(client: AsyncClient, keys: ApiKeys | None, metrics: GatewayMetrics
                                              "truth and learner configs")
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             components.update({
-                "ContextBody": _body_schema(Context, ("learner_id", "event_id")),
-                "FeedbackBody": _body_schema(Feedback, ("learner_id",)),
-                "TruthBody": _body_schema(Truth, ("learner_id",)),
-                "LearnerConfigBody": _body_schema(LearnerConfig, ("learner_id",)),
-                "LearnerConfig": _body_schema(LearnerConfig, ()),
-                "CandidateConfig": LearnerConfig.model_json_schema()["$defs"]["CandidateConfig"],
-                "Decision": _body_schema(Decision, ()),
+                "ContextBody": _body_schema(Context, ("learner_id", "event_id"), components),
+                "FeedbackBody": _body_schema(Feedback, ("learner_id",), components),
+                "TruthBody": _body_schema(Truth, ("learner_id",), components),
+                "LearnerConfigBody": _body_schema(LearnerConfig, ("learner_id",), components),
+                "LearnerConfig": _body_schema(LearnerConfig, (), components),
+                "Decision": _body_schema(Decision, (), components),
                 "Problem": {"type": "object", "required": ["reason", "detail"], "properties": {
                     "reason": {"type": "string"}, "detail": {"type": "string"}}},
             })

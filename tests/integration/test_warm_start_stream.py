@@ -35,7 +35,7 @@ def test_warm_started_learner_starts_from_the_logged_rounds(
         action = int(rng.integers(3))
         loss = 0.0 if action == 2 else 1.0
         records += imported_round(numbers, "old", f"o{i}", None,
-                                  rng.normal(size=2).round(3).tolist(),
+                                  {"features": rng.normal(size=2).round(3).tolist()},
                                   {"action": action, "p": [1 / 3] * 3}, loss, "test")
     archive = tmp_path / "logged.archive.jsonl"
     write_archive(archive, records, source="kafka")
