@@ -194,6 +194,14 @@ class EmbeddedBroker:
             ),
         )
         try:
+            # Its own listener first: behind a TLS terminator, a handshake made before the
+            # broker listens ends in an EOF that would read as a refused connection setting.
+            deadline = time.monotonic() + 30.0
+            while not port_open(self.host, self.port) and time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise BrokerError(f"the embedded broker exited with status "
+                                      f"{self.process.returncode} (see its log)")
+                time.sleep(0.05)
             wait_for_broker(self.connection)
         except BrokerError:
             self.stop()
