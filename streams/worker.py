@@ -55,6 +55,7 @@ from banditflow.schemas import DeadLetter, Limits
 from banditflow.streams.connection import KafkaConnection, diagnose
 from banditflow.streams.fetch_wait import FetchWait, set_fetch_wait
 from banditflow.streams.metrics import CONTENT_TYPE, PrometheusSink
+from banditflow.streams.record_order import in_record_time_order
 from banditflow.streams.statelog import (
     LogReader,
     PartitionLog,
@@ -65,6 +66,10 @@ from banditflow.streams.statelog import (
 from banditflow.streams.stream_time import FetchAnswers
 from banditflow.streams.topics import TopicError, Topics, ensure_topics, partition_for, state_topic
 from banditflow.streams.webconfig import WebConfig
+
+# The order in which one partition's streams break timestamp ties: a config before the
+# contexts sent with it, a context before its feedback.
+STREAM_RANK = {"learners": 0, "contexts": 1, "feedback": 2, "truth": 3}
 
 log = logging.getLogger("banditflow.worker")
 # The lines an operator waits for: ready (once) and each rebalance. `banditflow worker` shows
@@ -696,15 +701,13 @@ class Worker:
                 continue
             self.broker_heard = time.monotonic()
             self.wall = wall = time.time()
-            partitions, streams = self.partitions, self.streams
-            for tp, records in fetched.items():
-                part = partitions.get(tp.partition)
+            for number, batches in self._by_partition(fetched).items():
+                part = self.partitions.get(number)
                 if part is None or not part.active:
                     continue
-                stream = streams[tp.topic]
-                for record in records:
+                for stream, record in in_record_time_order(batches):
                     part.handle(stream, record, wall)
-                self._waiting_events += len(records)
+                    self._waiting_events += 1
                 # Group commit: what produced an output is committed at once (or as soon as
                 # the commit in flight is acknowledged, with whatever came meanwhile);
                 # events that produced nothing wait for the interval.
@@ -713,6 +716,17 @@ class Worker:
             if self._waiting_events >= self.settings.max_batch_events:
                 self._commit_wanted.set()
         stop.cancel()
+
+    def _by_partition(
+        self, fetched: dict[TopicPartition, list[ConsumerRecord]]
+    ) -> dict[int, list[tuple[str, list[ConsumerRecord]]]]:
+        """A fetch's batches per partition number, each as (stream, records), the streams in
+        the order that breaks timestamp ties (streams/record_order.py)."""
+        grouped: dict[int, list[tuple[str, list[ConsumerRecord]]]] = {}
+        for tp, records in sorted(fetched.items(),
+                                  key=lambda item: STREAM_RANK[self.streams[item[0].topic]]):
+            grouped.setdefault(tp.partition, []).append((self.streams[tp.topic], records))
+        return grouped
 
     def _adapt_fetch_wait(self, records: bool) -> None:
         behind = not records and any(
