@@ -380,12 +380,12 @@ class PartitionLog:
             reader.snapshot.get("at", 0.0) if reader.snapshot is not None else float("-inf")
         )
         self._dump: _Dump | None = None
-        # The value this writer last wrote of each PATCHED key, as JSON reads it back (what
-        # its next patch is against); a key it has not written yet is written whole first.
+        # The text this writer last wrote of each PATCHED key (what its next patch is
+        # against); a key it has not written yet is written whole first.
         # Set as records are built: records not acknowledged where expected are sent again
         # as they are (the worker's unfinished commit), or the partition and this writer are
         # dropped and read back; so what a writer built last is what a reader reads.
-        self._written: dict[str, Any] = {}
+        self._written: dict[str, bytes] = {}
         self._inflight: tuple[int, int, dict[str, float] | None] | None = None
         self._built: tuple[Commit, dict[str, float] | None] | None = None  # (for rewrite)
 
@@ -447,12 +447,13 @@ class PartitionLog:
         if not key.startswith(PATCHED):
             return text, False
         last = self._written.get(key)
-        # (parsed back: a copy that later changes of the live state cannot reach)
-        self._written[key] = orjson.loads(text)
+        # (its text: a copy that later changes of the live state cannot reach, and a
+        # fraction of the memory of the parsed value; parsed again for the next patch)
+        self._written[key] = text
         if last is None or whole:
             return text, False
         current = orjson.loads(text) if isinstance(value, bytes) else value
-        patch = orjson.dumps(diff(last, current))
+        patch = orjson.dumps(diff(orjson.loads(last), current))
         return (patch, True) if len(patch) < len(text) else (text, False)
 
     def _records(
