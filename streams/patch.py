@@ -173,3 +173,38 @@ def _run(old: list[Any], i: int, new: list[Any], j: int, typed: bool) -> int:
         good = next(k for k, (a, b) in enumerate(zip(types_old, types_new, strict=True))
                     if a is not b)
     return good
+
+
+class PatchBases:
+    """The text a writer last wrote of each patched key, for the next patch against it, kept
+    for the keys written most recently up to ``max_bytes`` of text in all. A key no longer
+    kept is written whole next time: keeping every learner's last text would cost as much
+    memory again as the learners (4 kB per SPS learner after one decision), while the keys a
+    patch saves most on are those written commit after commit, which stay."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._texts: dict[str, bytes] = {}  # oldest first (dicts keep insertion order)
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+    def get(self, key: str) -> bytes | None:
+        return self._texts.get(key)
+
+    def put(self, key: str, text: bytes) -> None:
+        self.pop(key)
+        if len(text) > self.max_bytes:
+            return
+        # A copy of its exact size: orjson (3.13) returns its text in a 4 kB allocation
+        # whatever its length, and a learner's state is often a few hundred bytes.
+        self._texts[key] = bytes(memoryview(text))
+        self.bytes += len(text)
+        while self.bytes > self.max_bytes:
+            self.pop(next(iter(self._texts)))
+
+    def pop(self, key: str) -> None:
+        text = self._texts.pop(key, None)
+        if text is not None:
+            self.bytes -= len(text)

@@ -64,7 +64,7 @@ from banditflow.learners.base import JSON
 from banditflow.processors.store import LEARNER, Changes, PartitionStore
 from banditflow.streams.connection import KafkaConnection, as_connection
 from banditflow.streams.fetch_wait import FetchWait, set_fetch_wait
-from banditflow.streams.patch import apply, diff
+from banditflow.streams.patch import PatchBases, apply, diff
 
 log = logging.getLogger("banditflow.statelog")
 
@@ -89,6 +89,9 @@ SNAPSHOT_MIN_BYTES = 1 << 20
 SNAPSHOT_MAX_AGE_S = 3600.0
 # Keys of a snapshot written per commit (a slice), so that no commit stalls the worker.
 SNAPSHOT_SLICE_KEYS = 2000
+# The text of the learners a partition's writer wrote last, kept to write their next states as
+# patches (see PatchBases): the learners written commit after commit fit.
+PATCH_BASE_BYTES = 2 << 20
 
 
 @dataclass
@@ -380,12 +383,13 @@ class PartitionLog:
             reader.snapshot.get("at", 0.0) if reader.snapshot is not None else float("-inf")
         )
         self._dump: _Dump | None = None
-        # The text this writer last wrote of each PATCHED key (what its next patch is
-        # against); a key it has not written yet is written whole first.
+        # The text this writer last wrote of the PATCHED keys it wrote last (what their next
+        # patch is against); a key it has not written yet, or no longer keeps, is written
+        # whole.
         # Set as records are built: records not acknowledged where expected are sent again
         # as they are (the worker's unfinished commit), or the partition and this writer are
         # dropped and read back; so what a writer built last is what a reader reads.
-        self._written: dict[str, bytes] = {}
+        self._written = PatchBases(PATCH_BASE_BYTES)
         self._inflight: tuple[int, int, dict[str, float] | None] | None = None
         self._built: tuple[Commit, dict[str, float] | None] | None = None  # (for rewrite)
 
@@ -417,7 +421,7 @@ class PartitionLog:
             if patched:
                 patches.append(key)
         for key in changes.deletes:
-            self._written.pop(key, None)
+            self._written.pop(key)
         completed = None
         if dump is not None:
             written = {key for key, _ in changes.puts} | set(changes.deletes)
@@ -449,7 +453,7 @@ class PartitionLog:
         last = self._written.get(key)
         # (its text: a copy that later changes of the live state cannot reach, and a
         # fraction of the memory of the parsed value; parsed again for the next patch)
-        self._written[key] = text
+        self._written.put(key, text)
         if last is None or whole:
             return text, False
         current = orjson.loads(text) if isinstance(value, bytes) else value
@@ -521,6 +525,7 @@ class PartitionLog:
             )
         if offsets != list(range(self.next_offset, self.next_offset + count)):
             return False
+        self._built = None  # (landed: nothing to write again; it may hold every learner)
         self.next_offset += count
         self.seq += 1
         self.log_bytes += size

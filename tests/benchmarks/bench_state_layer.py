@@ -18,8 +18,8 @@ start-up, and the seconds until it is idle, see ``settle``). Measured:
 (e) latency at a fixed 500 contexts/s, each decision answered with feedback at once: the
     application's (decision received - context sent) and the worker's (decided_at - ts),
     percentiles of each of R runs (the table's median is over the runs);
-(f) memory: the worker's VmRSS before and after 10^4 conformal learners with one context and
-    one feedback each;
+(f) memory: the worker's VmRSS per conformal learner with one context and one feedback, the
+    marginal cost of the last 9,000 of 10^4 (the first 1,000 warm the worker up);
 (g) state log bytes per decision (with its feedback), from the (b) runs (a backlog: few,
     large commits) and from (e) (paced: a commit every 50 ms rewrites the learner's state);
 (h) recovery: kill -9 after a history of 10^5 (and 10^6) events over 1,000 learners, then
@@ -473,7 +473,7 @@ async def two_phases(
     """Phase 1: every context as fast as possible, until all decisions are read (the time of
     the first one and of the last, t1). Phase 2: one feedback per decision as fast as
     possible, until ``applied()`` returns (its time, t2). Returns (first, t1, t2)."""
-    n = len(workload.contexts)
+    n = reader.distinct + len(workload.contexts)  # (a reader may have read earlier ones)
     started = time.monotonic()
     await produce(client, topics.contexts, ((lid, raw) for lid, _, raw in workload.contexts))
     await client.flush()
@@ -625,34 +625,43 @@ def percentiles(values: list[float]) -> dict[str, float]:
 
 # ---------------------------------------------------------------------------- (f) memory
 async def measure_memory(run: Run, learners: int) -> dict[str, Any]:
+    """The marginal RSS of a learner: a first tenth of the learners (config, one decision, one
+    feedback each) warms the worker up (the families' modules, pydantic's validators, the
+    clients' buffers, the allocator's pools), then the rest are measured: (RSS after them -
+    RSS before them) / their number. Against the RSS at start, imports made after /ready
+    (the families load on a thread meanwhile) were counted as if per learner."""
     worker = WorkerProcess(run, run.fresh("mem"))
     client = producer(run.bootstrap)
     await client.start()
+    warm = learners // 10
     try:
         await worker.ready()
-        await settle(worker.process.pid)  # (the learner families are imported by then)
-        before = worker.rss()
-        ids = [f"m{i}" for i in range(learners)]
-        await worker.create(client, [sps_config(i) for i in ids])
-        configs_only = worker.rss()
-        workload = Workload("memory", [], *conformal_contexts_with_answer(ids, learners))
+        await settle(worker.process.pid)
+        rss: list[int] = []
         async with Reader(run.bootstrap, worker.topics.decisions) as reader:
+            for first, count in ((0, warm), (warm, learners - warm)):
+                ids = [f"m{i}" for i in range(first, first + count)]
+                rss.append(worker.rss())
+                await worker.create(client, [sps_config(i) for i in ids])
+                rss.append(worker.rss())
+                workload = Workload("memory", [], *conformal_contexts_with_answer(ids, count))
 
-            async def applied() -> float:
-                return (await worker.wait_count("feedback", "applied", learners, 300))[0]
+                async def applied(done: int = first + count) -> float:
+                    return (await worker.wait_count("feedback", "applied", done, 300))[0]
 
-            await two_phases(client, worker.topics, reader, workload, applied)
-        after = worker.rss()
+                await two_phases(client, worker.topics, reader, workload, applied)
+                await settle(worker.process.pid)
+            rss.append(worker.rss())
     finally:
         await client.stop()
         await asyncio.to_thread(worker.stop)
+    measured = learners - warm
     return {
         "learners": learners,
-        "rss_ready": before,
-        "rss_configs": configs_only,
-        "rss_after": after,
-        "per_learner_configs": (configs_only - before) / learners,
-        "per_learner": (after - before) / learners,
+        "warm_up_learners": warm,
+        "rss": rss,  # before/after the warm-up's configs, before/after the rest's, the end
+        "per_learner_configs": (rss[3] - rss[2]) / measured,
+        "per_learner": (rss[4] - rss[2]) / measured,
     }
 
 

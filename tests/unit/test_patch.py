@@ -10,7 +10,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from banditflow.streams.patch import apply, diff
+from banditflow.streams.patch import PatchBases, apply, diff
 
 scalars = st.one_of(
     st.none(), st.booleans(), st.integers(-5, 5), st.sampled_from([0.5, 1.0, 2.0, -1.5]),
@@ -77,3 +77,19 @@ def test_a_patch_that_does_not_fit_the_value_is_refused() -> None:
         except ValueError:
             continue
         raise AssertionError(f"{patch} applied to {old}")
+
+
+def test_patch_bases_keep_the_texts_written_last_within_the_budget() -> None:
+    bases = PatchBases(max_bytes=10)
+    for key in "abcd":
+        bases.put(key, b"xxx")
+    assert [bases.get(key) for key in "abcd"] == [None, b"xxx", b"xxx", b"xxx"]
+    bases.put("b", b"yyy")  # written again: now the newest
+    bases.put("e", b"zz")
+    assert [key for key in "abcde" if bases.get(key)] == ["b", "d", "e"]  # c was oldest
+    assert bases.bytes == 8
+    bases.put("f", b"0123456789A")  # larger than the budget: not kept, and keeps nothing
+    assert bases.get("f") is None and bases.bytes == 8
+    bases.pop("d")
+    bases.pop("missing")
+    assert bases.bytes == 5 and len(bases) == 2

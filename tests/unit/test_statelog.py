@@ -443,6 +443,42 @@ def test_a_learner_touched_by_every_commit_writes_what_changed(monkeypatch) -> N
     assert restored.learners["x"].learner.to_state() == store.learners["x"].learner.to_state()
 
 
+def test_the_writer_keeps_patch_bases_of_the_learners_written_last_within_its_budget(
+    monkeypatch,
+) -> None:
+    """The writer keeps the last text of only as many learners as PATCH_BASE_BYTES holds
+    (every learner's would cost as much memory again as the learners): those it wrote last
+    are patched, the others written whole, and the log reads back as the live state."""
+    processor, log = Processor(), []
+    config = {"family": "conformal", "algorithm": "sps", "params": {"alpha": 0.9}}
+    ids = [f"x{i}" for i in range(40)]
+    for lid in ids:
+        body = json.dumps({**config, "learner_id": lid}).encode()
+        processor.on_config(lid, body, Source("learners"), 0.0)
+    store = processor.store
+    one = len(orjson.dumps(store.value(f"l/{ids[0]}")))
+    monkeypatch.setattr(statelog, "PATCH_BASE_BYTES", 10 * one + one // 2)  # ten learners
+    writer = PartitionLog(0, LogReader())
+    writer.snapshot_taken = time.time()  # (snapshots by size only)
+    assert writer.acked(append(log, writer.commit(store, store.changes(), {}, {}, [])))
+    assert len(writer._written) == 10
+
+    def touch(lids: list[str], t: float) -> list[str]:
+        for lid in lids:
+            body = {"learner_id": lid, "event_id": f"e{t}", "labels": ["a"], "scores": [0.5]}
+            processor.on_context(json.dumps(body).encode(), Source("contexts"), t)
+        records = writer.commit(store, store.changes(), {}, {}, [])
+        assert writer.acked(append(log, records))
+        return decode(records[-1][1]).patches if len(records) == 1 else []
+
+    assert touch(ids[-3:], 1.0) == [f"l/{lid}" for lid in ids[-3:]]  # kept: patched
+    assert touch(ids[:3], 2.0) == []  # written long ago, no longer kept: whole
+    assert touch(ids[:3], 3.0) == [f"l/{lid}" for lid in ids[:3]]  # kept again
+    assert len(writer._written) <= 10
+    reader = recover(log)
+    assert parsed(reader.values) == {key: store.value(key) for key in store.log_keys()}
+
+
 def test_a_patch_with_no_value_to_patch_is_refused() -> None:
     """A patch whose key has no whole value before it, and none after it, says the log is
     damaged: the recovery refuses it rather than start a learner without its state."""
