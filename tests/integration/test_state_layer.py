@@ -358,8 +358,11 @@ def test_a_restart_reads_the_state_not_the_history(broker, start_worker, wait_un
     text = restarted.metrics()
     read = sum(v for (name, _), v in samples(text).items() if name == "banditflow_recovery_bytes")
     print(f"state log {written:.0f} bytes, the restart read {read:.0f}")
-    assert written > 1_000_000  # a history of megabytes ...
-    assert read < written / 10  # ... of which a restart reads a small part
+    # A history of megabytes, of which a restart reads the latest snapshot (a few keys) and
+    # the log since, which the snapshot policy keeps under SNAPSHOT_MIN_BYTES for so small a
+    # state (and a commit or two past it: where the restart falls in the cycle varies).
+    assert written > 5 * statelog.SNAPSHOT_MIN_BYTES
+    assert read < 1.5 * statelog.SNAPSHOT_MIN_BYTES
 
 
 @pytest.mark.embedded_broker
