@@ -31,6 +31,7 @@ import orjson
 from banditflow.learners.base import JSON, Learner
 from banditflow.learners.registry import learner_class
 from banditflow.processors.ope import LiveOPE, Round
+from banditflow.schemas import DeadLetter
 from banditflow.schemas.events import SCHEMA_VERSION
 
 
@@ -76,6 +77,37 @@ class Source:
     partition: int = 0
     offset: int | None = None
     timestamp: float | None = None
+
+
+def dead_letter(
+    reason: str,
+    detail: str,
+    raw: bytes | None,
+    source: Source,
+    ts: float,
+    learner_id: str | None = None,
+    event_id: str | None = None,
+    *,
+    raw_kept: int | None = None,
+) -> DeadLetter:
+    """The dead letter of a record from ``source`` (every dead letter is made here): its
+    detail cut to 4 KiB and its bytes to their first 64 KiB, or ``raw_kept`` bytes (the
+    size is then given when they were cut)."""
+    if raw_kept is None or raw is None or len(raw) <= raw_kept:
+        kept = DeadLetter.raw_fields(raw)
+    else:
+        kept = {"raw": raw[:raw_kept].decode("utf-8", "replace"), "raw_size": len(raw)}
+    return DeadLetter(
+        reason=reason,
+        detail=DeadLetter.detail_text(detail),
+        source_topic=source.topic,
+        partition=source.partition,
+        offset=source.offset,
+        learner_id=learner_id,
+        event_id=event_id,
+        **kept,
+        ts=ts,
+    )
 
 
 @dataclass(slots=True, kw_only=True)

@@ -171,7 +171,7 @@ def run_partition(seed: int, events: int) -> tuple:
     a few events and settled decisions are kept long, so many keys never change after a
     snapshot has begun: a snapshot that missed one would lose it."""
     rng = np.random.default_rng(seed)
-    processor = Processor(retention_s=float(events) / 3)
+    processor = Processor(PartitionStore(retention_s=float(events) / 3))
     learners = [f"l{i}" for i in range(30)]
     for lid in learners:
         config = {"learner_id": lid, "family": "conformal", "algorithm": "sps",
