@@ -36,7 +36,8 @@ import orjson
 from banditflow.learners.base import ContradictingFeedback, Learned, Learner, LearnerError
 from banditflow.learners.registry import family, make_learner
 from banditflow.processors import stats
-from banditflow.processors.ope import CandidateError, LiveOPE, PolicyEstimates, log_failure
+from banditflow.processors.estimators import PolicyEstimates
+from banditflow.processors.ope import CandidateError, LiveOPE, log_failure
 from banditflow.processors.records import (
     DecisionRecord,
     Held,

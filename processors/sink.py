@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from banditflow.processors.ope import PolicyEstimates
+from banditflow.processors.estimators import PolicyEstimates
 from banditflow.processors.records import Outcome
 
 
