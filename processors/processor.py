@@ -44,7 +44,6 @@ from banditflow.processors.records import (
     Hold,
     HoldKind,
     LearnerEntry,
-    LearnerSettings,
     Outcome,
     Published,
     Settled,
@@ -255,33 +254,33 @@ class Processor:
             detail = str(exc) if isinstance(exc, LearnerError) else f"{type(exc).__name__}: {exc}"
             self._dead(out, "invalid_config", detail, raw, source, now, lid)
             return out
-        new_config = LearnerSettings.from_json(config.model_dump(mode="json"))
         declared = family(config.family)
+        # (as live OPE keeps them: JSON)
+        candidates = {name: candidate.model_dump(mode="json")
+                      for name, candidate in config.candidates.items()}
         built: dict[str, Learner] = {}
-        if new_config.candidates:
+        if candidates:
             try:
-                built = LiveOPE.check(declared, learner, config.params, new_config.candidates)
+                built = LiveOPE.check(declared, learner, config.params, candidates)
             except CandidateError as exc:
                 self._dead(out, "invalid_config", str(exc), raw, source, now, lid)
                 return out
         old = store.learners.get(lid)
-        if old is not None and old.config.same_learner(new_config):
+        if old is not None and old.same_learner(config):
             # Only timeouts or candidates changed: keep learning (and the estimates of the
             # candidates that stayed the same).
-            if old.config.candidates != new_config.candidates:
-                old.ope = LiveOPE.configure(declared, old.learner, config.params,
-                                            new_config.candidates, built, old.ope,
-                                            int(old.stats.get("decisions", 0)))
+            if old.config.candidates != config.candidates:
+                old.ope = LiveOPE.configure(declared, old.learner, config.params, candidates,
+                                            built, old.ope, int(old.stats.get("decisions", 0)))
                 store.touch_learner(lid)
-            old.config = new_config
+            old.config = config
             store.touch_config(lid)
             self.sink.processed(source.topic, Outcome.UPDATED)
             return out
         version = old.version + 1 if old is not None else 1
         # A new learner version is a new logged policy: its evaluation starts afresh.
-        ope = LiveOPE.configure(declared, learner, config.params, new_config.candidates, built,
-                                None, 0)
-        store.put_learner(lid, LearnerEntry(new_config, version, {}, learner, ope=ope))
+        ope = LiveOPE.configure(declared, learner, config.params, candidates, built, None, 0)
+        store.put_learner(lid, LearnerEntry(config, version, {}, learner, ope=ope))
         self.sink.processed(source.topic, Outcome.CREATED if old is None else Outcome.RECONFIGURED)
         # The contexts held for the config are decided (and may now wait for updates); a
         # new version counts updates from 0, so those held for updates are decided as they

@@ -1,6 +1,7 @@
 """Typed records of a partition's state, and their JSON form in the state log.
 
-- :class:`LearnerEntry` - one per learner id: its config (:class:`LearnerSettings`), version,
+- :class:`LearnerEntry` - one per learner id: its config (a
+  :class:`banditflow.schemas.LearnerConfig`), version,
   statistics and the live learner object (serialised with ``to_state`` only when the state
   log is written);
 - :class:`DecisionRecord` - one per decided context, open until its feedback is complete,
@@ -31,7 +32,7 @@ import orjson
 from banditflow.learners.base import JSON, Learner
 from banditflow.learners.registry import learner_class
 from banditflow.processors.ope import LiveOPE, Round
-from banditflow.schemas import DeadLetter
+from banditflow.schemas import DeadLetter, LearnerConfig
 from banditflow.schemas.events import SCHEMA_VERSION
 
 
@@ -110,56 +111,6 @@ def dead_letter(
     )
 
 
-@dataclass(slots=True, kw_only=True)
-class LearnerSettings:
-    """A learner's config as the processors read it: the fields of
-    :class:`banditflow.schemas.LearnerConfig`.
-
-    Its JSON form is the config's ``model_dump(mode="json")``, keys in the same order, without
-    ``candidates`` when there are none (the state log's ``c/<id>`` values are those of logs
-    written before candidates existed); fields missing from an older log take the config's
-    defaults.
-    """
-
-    learner_id: str
-    family: str
-    algorithm: str
-    params: JSON
-    seed: int = 0
-    feedback_timeout_s: float = 300.0
-    early_feedback_grace_s: float = 30.0
-    schema_version: int = SCHEMA_VERSION
-    ts: float | None = None
-    candidates: JSON = field(default_factory=dict)
-
-    def same_learner(self, other: LearnerSettings) -> bool:
-        """Whether ``other`` configures the same learner (it may change only timeouts and
-        candidates: candidates are evaluated beside the learner, never change it)."""
-        return (self.family, self.algorithm, self.params, self.seed) == (
-            other.family, other.algorithm, other.params, other.seed
-        )
-
-    def to_json(self) -> JSON:
-        data = {
-            "schema_version": self.schema_version,
-            "learner_id": self.learner_id,
-            "ts": self.ts,
-            "family": self.family,
-            "algorithm": self.algorithm,
-            "params": self.params,
-            "seed": self.seed,
-            "feedback_timeout_s": self.feedback_timeout_s,
-            "early_feedback_grace_s": self.early_feedback_grace_s,
-        }
-        if self.candidates:  # (without: the same c/<id> value as before candidates existed)
-            data["candidates"] = self.candidates
-        return data
-
-    @classmethod
-    def from_json(cls, data: JSON) -> LearnerSettings:
-        return cls(**data)
-
-
 @dataclass(slots=True)
 class LearnerEntry:
     """A learner id's config, version and statistics, with its live learner.
@@ -171,7 +122,7 @@ class LearnerEntry:
     (``learner_updates``), which is what a faithful replay reproduces.
     """
 
-    config: LearnerSettings
+    config: LearnerConfig
     version: int
     stats: dict[str, float]
     learner: Learner
@@ -188,13 +139,25 @@ class LearnerEntry:
         self.checkpoint = state
         self.redo.clear()
 
+    def same_learner(self, config: LearnerConfig) -> bool:
+        """Whether ``config`` configures this learner (it may change only timeouts and
+        candidates: candidates are evaluated beside the learner, never change it)."""
+        old = self.config
+        return (old.family, old.algorithm, old.params, old.seed) == (
+            config.family, config.algorithm, config.params, config.seed
+        )
+
     def rebuild(self, state: JSON) -> Learner:
         config = self.config
         return learner_class(config.family, config.algorithm).from_state(config.params, state)
 
     def config_json(self) -> JSON:
-        """The config part (key ``c/<id>`` in the state log; written when it changes)."""
-        return {"config": self.config.to_json(), "version": self.version}
+        """The config part (key ``c/<id>`` in the state log; written when it changes): the
+        config as published, without ``candidates`` when there are none (the value logs
+        written before candidates existed hold)."""
+        config = self.config
+        data = config.model_dump(mode="json", exclude=None if config.candidates else {"candidates"})
+        return {"config": data, "version": self.version}
 
     def to_json(self) -> JSON:
         """The learning part (key ``l/<id>``; written whenever the learner changed), with
@@ -208,7 +171,8 @@ class LearnerEntry:
 
     @classmethod
     def from_json(cls, config: JSON, learning: JSON) -> LearnerEntry:
-        settings = LearnerSettings.from_json(config["config"])
+        # (a field missing from an older log takes the config's default)
+        settings = LearnerConfig.model_validate(config["config"])
         cls_ = learner_class(settings.family, settings.algorithm)
         learner = cls_.from_state(settings.params, learning["state"])
         ope = learning.get("ope")

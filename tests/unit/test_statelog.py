@@ -16,8 +16,9 @@ import pytest
 import banditflow.streams.statelog as statelog
 from banditflow.learners.registry import make_learner
 from banditflow.processors import PartitionStore, Processor, Source, StreamTimes
-from banditflow.processors.records import LearnerEntry, LearnerSettings
+from banditflow.processors.records import LearnerEntry
 from banditflow.processors.store import Changes
+from banditflow.schemas import LearnerConfig
 from banditflow.streams.statelog import Commit, LogReader, PartitionLog, decode, encode
 
 Records = list[tuple[int, bytes, bytes]]
@@ -349,8 +350,8 @@ def test_a_stale_claim_that_lands_late_is_ignored_even_with_a_higher_epoch() -> 
     assert w2.acked(append(log, w2.claim({}, {})))
     store = PartitionStore()
     store.put_learner("x", LearnerEntry(
-        LearnerSettings(learner_id="x", family="conformal", algorithm="sps",
-                        params={"alpha": 0.8, "horizon": 100}),
+        LearnerConfig(learner_id="x", family="conformal", algorithm="sps",
+                      params={"alpha": 0.8, "horizon": 100}),
         1, {}, make_learner("conformal", "sps", {"alpha": 0.8, "horizon": 100}),
     ))
     assert w2.acked(append(log, w2.commit(store, store.changes(), {"learners": 5}, {}, [])))
