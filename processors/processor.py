@@ -475,8 +475,10 @@ class Processor:
     ) -> Published:
         config = entry.config
         return Published(
-            lid, eid, config.family, config.algorithm, record.version, record.updates,
-            record.output_value(), record.decided_at, record.context_ts, redelivered,
+            learner_id=lid, ts=record.decided_at, event_id=eid, family=config.family,
+            algorithm=config.algorithm, learner_version=record.version,
+            learner_updates=record.updates, output=record.output_value(),
+            decided_at=record.decided_at, context_ts=record.context_ts, redelivered=redelivered,
         )
 
     # ------------------------------------------------------------------ feedback
