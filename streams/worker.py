@@ -104,7 +104,7 @@ class WorkerSettings:
     instance_id: str = ""
     # How long a fetch may wait for records: the embedded broker answers an empty fetch only
     # when this ends, even if records arrive meanwhile, so it adds to the input's latency
-    # (the CLI's default on the embedded broker: streams/cli.py, EMBEDDED_FETCH_WAIT_MS).
+    # (the CLI's default is per broker: streams/cli.py, EMBEDDED_FETCH_WAIT_MS).
     fetch_wait_ms: int = 500
     # A caught-up stream's clock follows the wall clock, this far behind (records a
     # producer has stamped but not yet delivered must not be overtaken).
