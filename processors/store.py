@@ -93,8 +93,8 @@ _PER_LEARNER = (KeyKind.CONFIG, KeyKind.LEARNER)
 
 @dataclass(frozen=True, slots=True)
 class StateKey:
-    """A state-log key: its kind, the learner it belongs to and, for a decision or a hold,
-    the event."""
+    """A state-log key read back: its kind, the learner it belongs to and, for a decision or
+    a hold, the event (only the store writes keys)."""
 
     kind: KeyKind
     learner_id: str
@@ -109,11 +109,6 @@ class StateKey:
             return cls(kind, key[2:])
         learner_id, _, event_id = key[2:].partition("/")
         return cls(kind, learner_id, event_id)
-
-    def encode(self) -> str:
-        if self.event_id is None:
-            return self.kind + self.learner_id
-        return f"{self.kind}{self.learner_id}/{self.event_id}"
 
 
 @dataclass
