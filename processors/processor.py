@@ -2,11 +2,11 @@
 
 One :class:`Processor` serves one partition. Its :class:`banditflow.processors.store.PartitionStore`
 holds the learner entries, the decision records (open until their feedback is complete,
-then settled and kept ``retention_s`` to re-emit the decision of a re-delivered context and
-to recognise duplicate feedback) and the holds (feedback that arrived before its decision,
-held ``early_feedback_grace_s``; a context whose learner config has not been processed yet,
-held ``unknown_learner_grace_s``: a config and the first contexts produced right after it may
-be consumed in either order).
+then settled and kept the store's ``retention_s`` to re-emit the decision of a re-delivered
+context and to recognise duplicate feedback) and the holds (feedback that arrived before its
+decision, held ``early_feedback_grace_s``; a context whose learner config has not been
+processed yet, held ``unknown_learner_grace_s``: a config and the first contexts produced
+right after it may be consumed in either order).
 
 **Time is stream time.** Every handler gets ``now``, how far the partition's input has
 advanced in event time, and the timers judge each deadline against the stream it waits on
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,22 +36,23 @@ import orjson
 from banditflow.learners.base import ContradictingFeedback, Learned, Learner, LearnerError
 from banditflow.learners.registry import family, make_learner
 from banditflow.processors import stats
-from banditflow.processors.ope import CandidateError, LiveOPE, PolicyEstimates, log_failure
+from banditflow.processors.estimators import PolicyEstimates
+from banditflow.processors.ope import CandidateError, LiveOPE, log_failure
 from banditflow.processors.records import (
     DecisionRecord,
     Held,
     Hold,
     HoldKind,
     LearnerEntry,
-    LearnerSettings,
     Outcome,
     Published,
     Settled,
     Source,
+    dead_letter,
 )
 from banditflow.processors.redo import LazyGenerator, call_logged, rollback
 from banditflow.processors.sink import Sink
-from banditflow.processors.store import PartitionStore, decision_key
+from banditflow.processors.store import EventKey, PartitionStore, event_ids, event_key, learner_of
 from banditflow.schemas import (
     Context,
     DeadLetter,
@@ -129,7 +130,6 @@ class Processor:
         partition: int = 0,
         limits: Limits | None = None,
         sink: Sink | None = None,
-        retention_s: float = 600.0,
         unknown_learner_grace_s: float = 10.0,
         expected_partition: Callable[[str], int] | None = None,
         wall_clock: Callable[[], float] | None = None,
@@ -143,7 +143,6 @@ class Processor:
         self.partition = partition
         self.limits = limits or Limits()
         self.sink: Sink = sink or Sink()
-        self.retention_s = retention_s
         self.unknown_learner_grace_s = unknown_learner_grace_s
         self.expected_partition = expected_partition
         self.wall_clock = wall_clock
@@ -166,17 +165,7 @@ class Processor:
         event_id: str | None = None,
     ) -> None:
         out.dead_letters.append(
-            DeadLetter(
-                reason=reason,
-                detail=DeadLetter.detail_text(detail),
-                source_topic=source.topic,
-                partition=source.partition,
-                offset=source.offset,
-                learner_id=learner_id,
-                event_id=event_id,
-                **DeadLetter.raw_fields(raw),
-                ts=self._wall(now),
-            )
+            dead_letter(reason, detail, raw, source, self._wall(now), learner_id, event_id)
         )
         self.sink.processed(source.topic, Outcome.DEAD_LETTERED)
 
@@ -239,7 +228,7 @@ class Processor:
                     context = store.holds[held_key].context
                     assert context is not None
                     self._unknown_learner(out, context.raw.encode(), context.source, now, key,
-                                          held_key.split("/", 1)[1])
+                                          event_ids(held_key)[1])
                 store.drop_learner(key)
                 self.sink.forget(key)
                 self.sink.processed(source.topic, Outcome.DELETED)
@@ -265,62 +254,40 @@ class Processor:
             detail = str(exc) if isinstance(exc, LearnerError) else f"{type(exc).__name__}: {exc}"
             self._dead(out, "invalid_config", detail, raw, source, now, lid)
             return out
-        new_config = LearnerSettings.from_json(config.model_dump(mode="json"))
         declared = family(config.family)
+        # (as live OPE keeps them: JSON)
+        candidates = {name: candidate.model_dump(mode="json")
+                      for name, candidate in config.candidates.items()}
         built: dict[str, Learner] = {}
-        if new_config.candidates:
+        if candidates:
             try:
-                built = LiveOPE.check(declared, learner, config.params, new_config.candidates)
+                built = LiveOPE.check(declared, learner, config.params, candidates)
             except CandidateError as exc:
                 self._dead(out, "invalid_config", str(exc), raw, source, now, lid)
                 return out
         old = store.learners.get(lid)
-        if old is not None and old.config.same_learner(new_config):
+        if old is not None and old.same_learner(config):
             # Only timeouts or candidates changed: keep learning (and the estimates of the
             # candidates that stayed the same).
-            if old.config.candidates != new_config.candidates:
-                old.ope = LiveOPE.configure(declared, old.learner, config.params,
-                                            new_config.candidates, built, old.ope,
-                                            int(old.stats.get("decisions", 0)))
+            if old.config.candidates != config.candidates:
+                old.ope = LiveOPE.configure(declared, old.learner, config.params, candidates,
+                                            built, old.ope, int(old.stats.get("decisions", 0)))
                 store.touch_learner(lid)
-            old.config = new_config
+            old.config = config
             store.touch_config(lid)
             self.sink.processed(source.topic, Outcome.UPDATED)
             return out
         version = old.version + 1 if old is not None else 1
         # A new learner version is a new logged policy: its evaluation starts afresh.
-        ope = LiveOPE.configure(declared, learner, config.params, new_config.candidates, built,
-                                None, 0)
-        store.put_learner(lid, LearnerEntry(new_config, version, {}, learner, ope=ope))
+        ope = LiveOPE.configure(declared, learner, config.params, candidates, built, None, 0)
+        store.put_learner(lid, LearnerEntry(config, version, {}, learner, ope=ope))
         self.sink.processed(source.topic, Outcome.CREATED if old is None else Outcome.RECONFIGURED)
-        if old is None:
-            self._release(lid, now, out)
-        else:
-            self._end_waits(lid, now, out)
+        # The contexts held for the config are decided (and may now wait for updates); a
+        # new version counts updates from 0, so those held for updates are decided as they
+        # are: theirs will not come.
+        kind = HoldKind.AWAITING_LEARNER if old is None else HoldKind.AWAITING_UPDATES
+        self._decide_held(store.held(lid, kind), kind, now, out)
         return out
-
-    def _release(self, learner_id: str, now: float, out: Emitted) -> None:
-        """Decide the held contexts of ``learner_id`` (its config has just arrived)."""
-        store = self.store
-        failed = 0
-        for key in store.held(learner_id, HoldKind.AWAITING_LEARNER):
-            hold = store.drop_hold(key)
-            assert hold is not None and hold.context is not None
-            if hold.feedback:
-                store.put_hold(key, Hold(HoldKind.EARLY, hold.deadline, hold.feedback))
-            context = hold.context
-            raw = context.raw.encode()
-            try:
-                out.extend(self.on_context(raw, context.source, now))
-            except Exception as exc:  # one held context must not cost the others theirs
-                if not failed:  # one traceback, not one per held context
-                    log.exception("internal error deciding a held context of %r", learner_id)
-                failed += 1
-                self._dead(out, "internal_error", f"{type(exc).__name__}: {exc}", raw,
-                           context.source, now, learner_id, key.split("/", 1)[1])
-        if failed > 1:
-            log.error("%d held contexts of %r failed to be decided (dead-lettered as "
-                      "internal_error); the first one's traceback is above", failed, learner_id)
 
     # ------------------------------------------------------------------ context
     def on_context(
@@ -333,7 +300,7 @@ class Processor:
         if context is None:
             return out
         lid, eid = context.learner_id, context.event_id
-        key = decision_key(lid, eid)
+        key = event_key(lid, eid)
         store = self.store
         entry = store.learners.get(lid)
         if entry is None:
@@ -416,7 +383,7 @@ class Processor:
         return out
 
     def _await_updates(
-        self, key: str, raw: bytes, source: Source, now: float, after: int, timeout_s: float
+        self, key: EventKey, raw: bytes, source: Source, now: float, after: int, timeout_s: float
     ) -> None:
         """Keep a context until its learner has absorbed ``after`` updates (a faithful replay:
         the feedback sent before it may be read after it), at most the learner's feedback
@@ -439,44 +406,53 @@ class Processor:
         if self._releasing or not self.store.awaits_updates(learner_id):
             return
         self._releasing = True
-        try:
-            store = self.store
+        store = self.store
+
+        def reached() -> Iterator[EventKey]:  # (lazily: each decision may reach the next)
             while (current := store.learners.get(learner_id)) is not None and (
                 key := store.next_awaiting(learner_id, current.updates)
             ) is not None:
-                self._decide_held(key, now, out)
+                yield key
+
+        try:
+            self._decide_held(reached(), HoldKind.AWAITING_UPDATES, now, out)
         finally:
             self._releasing = False
 
-    def _decide_held(self, key: str, now: float, out: Emitted) -> None:
-        """Decide a context held for its updates, as it is (any feedback held with it is
-        applied once it is decided); nothing if it was decided meanwhile."""
+    def _decide_held(
+        self, keys: Iterable[EventKey], kind: HoldKind, now: float, out: Emitted
+    ) -> None:
+        """Decide the contexts held under ``keys`` for ``kind`` (those no longer held so were
+        decided meanwhile): one held for its learner may now wait for updates, one held for
+        updates is decided as it is, its copies re-emitting the decision. Feedback held with
+        a context is applied once it is decided."""
         store = self.store
-        hold = store.holds.get(key)
-        if hold is None or hold.kind is not HoldKind.AWAITING_UPDATES:
-            return
-        store.drop_hold(key)
-        if hold.feedback:
-            store.put_hold(key, Hold(HoldKind.EARLY, hold.deadline, hold.feedback))
-        context = hold.context
-        assert context is not None
-        raw = context.raw.encode()
-        try:
-            for _ in range(1 + hold.copies):  # the copies re-emit the decision
-                out.extend(self.on_context(raw, context.source, now, hold_for_updates=False))
-        except Exception as exc:  # one held context must not cost the others theirs
-            log.exception("internal error deciding a held context %r", key)
-            lid, eid = key.split("/", 1)
-            self._dead(out, "internal_error", f"{type(exc).__name__}: {exc}", raw,
-                       context.source, now, lid, eid)
+        waits = kind is HoldKind.AWAITING_LEARNER  # (may it wait for updates now)
+        failed = 0
+        for key in keys:
+            hold = store.holds.get(key)
+            if hold is None or hold.kind is not kind:
+                continue
+            store.drop_hold(key)
+            if hold.feedback:
+                store.put_hold(key, Hold(HoldKind.EARLY, hold.deadline, hold.feedback))
+            context = hold.context
+            assert context is not None
+            raw = context.raw.encode()
+            try:
+                for _ in range(1 + hold.copies):
+                    out.extend(self.on_context(raw, context.source, now, hold_for_updates=waits))
+            except Exception as exc:  # one held context must not cost the others theirs
+                if not failed:  # one traceback, not one per held context
+                    log.exception("internal error deciding the held context %r", key)
+                failed += 1
+                self._dead(out, "internal_error", f"{type(exc).__name__}: {exc}", raw,
+                           context.source, now, *event_ids(key))
+        if failed > 1:
+            log.error("%d held contexts failed to be decided (dead-lettered as internal_error); "
+                      "the first one's traceback is above", failed)
 
-    def _end_waits(self, learner_id: str, now: float, out: Emitted) -> None:
-        """Decide, as they are, the contexts of ``learner_id`` held for updates that will not
-        come (its learner was reconfigured: a new version counts from 0)."""
-        for key in self.store.held(learner_id, HoldKind.AWAITING_UPDATES):
-            self._decide_held(key, now, out)
-
-    def _hold_context(self, key: str, raw: bytes, source: Source, now: float) -> None:
+    def _hold_context(self, key: EventKey, raw: bytes, source: Source, now: float) -> None:
         """Keep a context of a not-yet-known learner until its config arrives (or the grace
         ends), together with any feedback already held for the same event."""
         store = self.store
@@ -499,8 +475,10 @@ class Processor:
     ) -> Published:
         config = entry.config
         return Published(
-            lid, eid, config.family, config.algorithm, record.version, record.updates,
-            record.output_value(), record.decided_at, record.context_ts, redelivered,
+            learner_id=lid, ts=record.decided_at, event_id=eid, family=config.family,
+            algorithm=config.algorithm, learner_version=record.version,
+            learner_updates=record.updates, output=record.output_value(),
+            decided_at=record.decided_at, context_ts=record.context_ts, redelivered=redelivered,
         )
 
     # ------------------------------------------------------------------ feedback
@@ -518,7 +496,7 @@ class Processor:
             return out
 
         store = self.store
-        key = decision_key(lid, eid)
+        key = event_key(lid, eid)
         record = store.decision(key)
         if record is None:
             if not hold_if_unknown:
@@ -553,7 +531,7 @@ class Processor:
                 "decision_settled", f"the decision was already settled ({record.settled_by})"
             )
         if record.version != entry.version:
-            store.settle(key, record, Settled.STALE_VERSION, now, self.retention_s)
+            store.settle(key, record, Settled.STALE_VERSION, now)
             return dead(
                 "stale_version",
                 f"decided by learner version {record.version}, which has since been "
@@ -586,7 +564,7 @@ class Processor:
                     entry.ope.failures += 1
                     log_failure("scoring a feedback", exc)
         if learned.done:
-            store.settle(key, record, Settled.FEEDBACK, now, self.retention_s)
+            store.settle(key, record, Settled.FEEDBACK, now)
         else:
             store.touch_decision(key)
         self.sink.processed(source.topic, Outcome.APPLIED)
@@ -595,7 +573,7 @@ class Processor:
         return out
 
     def _hold_feedback(
-        self, key: str, lid: str, raw: bytes, source: Source, now: float
+        self, key: EventKey, lid: str, raw: bytes, source: Source, now: float
     ) -> None:
         """Keep feedback that arrived before its decision (the grace of its learner, or of an
         unknown learner when the config has not arrived either)."""
@@ -634,7 +612,7 @@ class Processor:
         if entry is None:
             self._unknown_learner(out, raw, source, now, lid, eid)
             return out
-        key = decision_key(lid, eid)
+        key = event_key(lid, eid)
         record = store.decision(key)
         if record is None or record.version != entry.version:
             self._dead(
@@ -679,8 +657,8 @@ class Processor:
         for key, record in list(store.due_decisions(times.feedback)):
             self._expire(key, record, times.feedback, out)
         waited = [key for key, _ in store.due_holds(HoldKind.AWAITING_UPDATES, times.feedback)]
-        for key in waited:  # their updates did not come: decided as they are
-            self._decide_held(key, times.feedback, out)
+        # (their updates did not come: decided as they are)
+        self._decide_held(waited, HoldKind.AWAITING_UPDATES, times.feedback, out)
         if waited:
             log.warning("%d contexts were decided without the updates they waited for "
                         "(after_updates): the feedback stream moved past their deadline",
@@ -695,8 +673,8 @@ class Processor:
         self.sink.pending(self.partition, store.open_decisions)
         return out
 
-    def _dead_hold(self, key: str, hold: Hold, now: float, out: Emitted) -> None:
-        lid, eid = key.split("/", 1)
+    def _dead_hold(self, key: EventKey, hold: Hold, now: float, out: Emitted) -> None:
+        lid, eid = event_ids(key)
         held = ([hold.context] if hold.context is not None else []) + hold.feedback
         known = lid in self.store.learners
         for item in held:
@@ -716,8 +694,8 @@ class Processor:
                     eid,
                 )
 
-    def _expire(self, key: str, record: DecisionRecord, now: float, out: Emitted) -> None:
-        lid = key.split("/", 1)[0]
+    def _expire(self, key: EventKey, record: DecisionRecord, now: float, out: Emitted) -> None:
+        lid = learner_of(key)
         entry = self.store.learners.get(lid)
         outcome = Outcome.EXPIRED
         updated = None  # the learner the timeout rule updated
@@ -731,7 +709,7 @@ class Processor:
                 stats.on_learned(entry.stats, learned.metrics, settled=True)
                 self.store.touch_learner(lid)
                 updated = entry
-        self.store.settle(key, record, Settled.TIMEOUT, now, self.retention_s)
+        self.store.settle(key, record, Settled.TIMEOUT, now)
         self.sink.processed("timer", outcome)
         if updated is not None:
             self._updated(lid, updated, now, out)

@@ -1,6 +1,7 @@
 """Typed records of a partition's state, and their JSON form in the state log.
 
-- :class:`LearnerEntry` - one per learner id: its config (:class:`LearnerSettings`), version,
+- :class:`LearnerEntry` - one per learner id: its config (a
+  :class:`banditflow.schemas.LearnerConfig`), version,
   statistics and the live learner object (serialised with ``to_state`` only when the state
   log is written);
 - :class:`DecisionRecord` - one per decided context, open until its feedback is complete,
@@ -22,7 +23,7 @@ Times named ``deadline`` and ``settled_at`` are **stream time** (see
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, make_dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -31,7 +32,7 @@ import orjson
 from banditflow.learners.base import JSON, Learner
 from banditflow.learners.registry import learner_class
 from banditflow.processors.ope import LiveOPE, Round
-from banditflow.schemas.events import SCHEMA_VERSION
+from banditflow.schemas import DeadLetter, Decision, LearnerConfig
 
 
 class Settled(StrEnum):
@@ -78,54 +79,35 @@ class Source:
     timestamp: float | None = None
 
 
-@dataclass(slots=True, kw_only=True)
-class LearnerSettings:
-    """A learner's config as the processors read it: the fields of
-    :class:`banditflow.schemas.LearnerConfig`.
-
-    Its JSON form is the config's ``model_dump(mode="json")``, keys in the same order, without
-    ``candidates`` when there are none (the state log's ``c/<id>`` values are those of logs
-    written before candidates existed); fields missing from an older log take the config's
-    defaults.
-    """
-
-    learner_id: str
-    family: str
-    algorithm: str
-    params: JSON
-    seed: int = 0
-    feedback_timeout_s: float = 300.0
-    early_feedback_grace_s: float = 30.0
-    schema_version: int = SCHEMA_VERSION
-    ts: float | None = None
-    candidates: JSON = field(default_factory=dict)
-
-    def same_learner(self, other: LearnerSettings) -> bool:
-        """Whether ``other`` configures the same learner (it may change only timeouts and
-        candidates: candidates are evaluated beside the learner, never change it)."""
-        return (self.family, self.algorithm, self.params, self.seed) == (
-            other.family, other.algorithm, other.params, other.seed
-        )
-
-    def to_json(self) -> JSON:
-        data = {
-            "schema_version": self.schema_version,
-            "learner_id": self.learner_id,
-            "ts": self.ts,
-            "family": self.family,
-            "algorithm": self.algorithm,
-            "params": self.params,
-            "seed": self.seed,
-            "feedback_timeout_s": self.feedback_timeout_s,
-            "early_feedback_grace_s": self.early_feedback_grace_s,
-        }
-        if self.candidates:  # (without: the same c/<id> value as before candidates existed)
-            data["candidates"] = self.candidates
-        return data
-
-    @classmethod
-    def from_json(cls, data: JSON) -> LearnerSettings:
-        return cls(**data)
+def dead_letter(
+    reason: str,
+    detail: str,
+    raw: bytes | None,
+    source: Source,
+    ts: float,
+    learner_id: str | None = None,
+    event_id: str | None = None,
+    *,
+    raw_kept: int | None = None,
+) -> DeadLetter:
+    """The dead letter of a record from ``source`` (every dead letter is made here): its
+    detail cut to 4 KiB and its bytes to their first 64 KiB, or ``raw_kept`` bytes (the
+    size is then given when they were cut)."""
+    if raw_kept is None or raw is None or len(raw) <= raw_kept:
+        kept = DeadLetter.raw_fields(raw)
+    else:
+        kept = {"raw": raw[:raw_kept].decode("utf-8", "replace"), "raw_size": len(raw)}
+    return DeadLetter(
+        reason=reason,
+        detail=DeadLetter.detail_text(detail),
+        source_topic=source.topic,
+        partition=source.partition,
+        offset=source.offset,
+        learner_id=learner_id,
+        event_id=event_id,
+        **kept,
+        ts=ts,
+    )
 
 
 @dataclass(slots=True)
@@ -139,7 +121,7 @@ class LearnerEntry:
     (``learner_updates``), which is what a faithful replay reproduces.
     """
 
-    config: LearnerSettings
+    config: LearnerConfig
     version: int
     stats: dict[str, float]
     learner: Learner
@@ -156,13 +138,25 @@ class LearnerEntry:
         self.checkpoint = state
         self.redo.clear()
 
+    def same_learner(self, config: LearnerConfig) -> bool:
+        """Whether ``config`` configures this learner (it may change only timeouts and
+        candidates: candidates are evaluated beside the learner, never change it)."""
+        old = self.config
+        return (old.family, old.algorithm, old.params, old.seed) == (
+            config.family, config.algorithm, config.params, config.seed
+        )
+
     def rebuild(self, state: JSON) -> Learner:
         config = self.config
         return learner_class(config.family, config.algorithm).from_state(config.params, state)
 
     def config_json(self) -> JSON:
-        """The config part (key ``c/<id>`` in the state log; written when it changes)."""
-        return {"config": self.config.to_json(), "version": self.version}
+        """The config part (key ``c/<id>`` in the state log; written when it changes): the
+        config as published, without ``candidates`` when there are none (the value logs
+        written before candidates existed hold)."""
+        config = self.config
+        data = config.model_dump(mode="json", exclude=None if config.candidates else {"candidates"})
+        return {"config": data, "version": self.version}
 
     def to_json(self) -> JSON:
         """The learning part (key ``l/<id>``; written whenever the learner changed), with
@@ -176,7 +170,8 @@ class LearnerEntry:
 
     @classmethod
     def from_json(cls, config: JSON, learning: JSON) -> LearnerEntry:
-        settings = LearnerSettings.from_json(config["config"])
+        # (a field missing from an older log takes the config's default)
+        settings = LearnerConfig.model_validate(config["config"])
         cls_ = learner_class(settings.family, settings.algorithm)
         learner = cls_.from_state(settings.params, learning["state"])
         ope = learning.get("ope")
@@ -253,49 +248,30 @@ class DecisionRecord:
         return record
 
 
-@dataclass(slots=True)
-class Published:
-    """A decision as published on the decisions topic (schema:
-    :class:`banditflow.schemas.Decision`).
+def _to_json(self: Any) -> bytes:
+    if self._json is None:
+        self._json = orjson.dumps(self)  # (fields in order; orjson leaves out _json)
+    return self._json
 
-    A plain record rather than the pydantic model: it is built for every decision, and its
-    JSON is written with orjson (tests/unit/test_processor.py checks it against the schema).
-    """
 
-    learner_id: str
-    event_id: str
-    family: str
-    algorithm: str
-    learner_version: int
-    learner_updates: int
-    output: JSON
-    decided_at: float
-    context_ts: float | None
-    redelivered: bool
-    _json: bytes | None = field(default=None, repr=False, compare=False)
-
-    def to_json(self) -> bytes:
-        if self._json is None:
-            self._json = self._encode()
-        return self._json
-
-    def _encode(self) -> bytes:
-        return orjson.dumps(
-            {
-                "schema_version": SCHEMA_VERSION,
-                "learner_id": self.learner_id,
-                "ts": self.decided_at,
-                "event_id": self.event_id,
-                "family": self.family,
-                "algorithm": self.algorithm,
-                "learner_version": self.learner_version,
-                "learner_updates": self.learner_updates,
-                "output": self.output,
-                "decided_at": self.decided_at,
-                "context_ts": self.context_ts,
-                "redelivered": self.redelivered,
-            }
-        )
+# A decision as published on the decisions topic: a plain record with exactly the fields of
+# banditflow.schemas.Decision, in its order (so that its JSON, written by orjson, is the
+# schema's), made from the model here rather than declared again. Not the model itself: it
+# is built for every decision, and building and writing the model costs four times as much.
+Published = make_dataclass(
+    "Published",
+    [
+        *(
+            (name, info.annotation,
+             field() if info.is_required() else field(default=info.default))
+            for name, info in Decision.model_fields.items()
+        ),
+        ("_json", bytes | None, field(default=None, repr=False, compare=False)),
+    ],
+    kw_only=True,
+    slots=True,
+    namespace={"to_json": _to_json, "__module__": __name__},
+)
 
 
 @dataclass(slots=True)

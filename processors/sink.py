@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from banditflow.processors.ope import PolicyEstimates
+from banditflow.processors.estimators import PolicyEstimates
 from banditflow.processors.records import Outcome
 
 
@@ -35,8 +35,3 @@ class Sink:
 
     def forget(self, *learner_ids: str) -> None:
         """Drop the learners' series (deleted, or their partition left this worker)."""
-
-    @property
-    def wants_gauges(self) -> bool:
-        """Whether ``learner_state`` is used (computing gauges costs time on every event)."""
-        return type(self).learner_state is not Sink.learner_state

@@ -11,19 +11,27 @@ waits on (see :class:`banditflow.processors.processor.StreamTimes`): a tick cost
 O(log n) per expiry, not a scan of what is pending. Heap entries are not removed when a
 record changes; a popped entry counts only if the record still has that deadline.
 
->>> store = PartitionStore()
->>> store.put_decision("shop/e1", DecisionRecord(1, 0.0, None, 30.0, {}, {}))
+**Keys.** The store owns its key scheme; nobody else parses a key string. A decision or a
+hold is stored under its :data:`EventKey` (:func:`event_key`, :func:`event_ids`); the state
+log's keys are :class:`StateKey` values, encoded as a kind's prefix and the learner id (and
+event id): ``c/<learner>``, ``l/<learner>``, ``d/<learner>/<event>``, ``s/<learner>/<event>``,
+``h/<learner>/<event>`` (a learner id has no ``/``: schemas.events.LearnerId).
+
+>>> store = PartitionStore(retention_s=60.0)
+>>> key = event_key("shop", "e1")
+>>> store.put_decision(key, DecisionRecord(1, 0.0, None, 30.0, {}, {}))
 >>> [key for key, _ in store.due_decisions(29.0)], store.open_decisions
 ([], 1)
 >>> [key for key, _ in store.due_decisions(30.0)]
 ['shop/e1']
 >>> [key for key, value in store.changes().puts]
 ['d/shop/e1']
->>> record = store.decisions["shop/e1"]
->>> store.settle("shop/e1", record, Settled.FEEDBACK, now=31.0, retention_s=60.0)
+>>> store.settle(key, store.decisions[key], Settled.FEEDBACK, now=31.0)
 >>> changes = store.changes()
 >>> [key for key, _ in changes.puts], changes.deletes
 (['s/shop/e1'], ['d/shop/e1'])
+>>> StateKey.parse("s/shop/e1")
+StateKey(kind=<KeyKind.SETTLED: 's/'>, learner_id='shop', event_id='e1')
 """
 
 from __future__ import annotations
@@ -31,20 +39,76 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import NewType
 
 import orjson
 
 from banditflow.learners.base import JSON
 from banditflow.processors.records import DecisionRecord, Hold, HoldKind, LearnerEntry, Settled
 
-# Key prefixes in the state log: a learner's config and its learning part (apart, so that
-# the config is not rewritten with every update), open decisions, settled decisions (apart,
-# so that a recovery keeps those as text without parsing them), and holds.
-CONFIG, LEARNER, OPEN, SETTLED, HOLD = "c/", "l/", "d/", "s/", "h/"
+EventKey = NewType("EventKey", str)
+"""The store's key of a decision or a hold: ``<learner_id>/<event_id>``."""
 
 
-def decision_key(learner_id: str, event_id: str) -> str:
-    return f"{learner_id}/{event_id}"
+def event_key(learner_id: str, event_id: str) -> EventKey:
+    return EventKey(f"{learner_id}/{event_id}")
+
+
+def event_ids(key: EventKey) -> tuple[str, str]:
+    """The learner id and event id of ``key``."""
+    learner_id, event_id = key.split("/", 1)
+    return learner_id, event_id
+
+
+def learner_of(key: EventKey) -> str:
+    return key.split("/", 1)[0]
+
+
+class KeyKind(StrEnum):
+    """What a state-log key holds, and its prefix there: a learner's config and its learning
+    part (apart, so that the config is not rewritten with every update), open decisions,
+    settled decisions (apart, so that a recovery keeps those as text without parsing them),
+    and holds."""
+
+    CONFIG = "c/"
+    LEARNER = "l/"
+    OPEN = "d/"
+    SETTLED = "s/"
+    HOLD = "h/"
+
+    @classmethod
+    def of(cls, key: str) -> KeyKind:
+        """The kind of the state-log key ``key`` (cheaper than a whole :meth:`StateKey.parse`);
+        ValueError for a key this store never writes."""
+        kind = _KINDS.get(key[:2])
+        if kind is None:
+            raise ValueError(f"unknown state key {key!r}")
+        return kind
+
+
+_KINDS = {kind.value: kind for kind in KeyKind}  # (KeyKind(x) is several times slower)
+_PER_LEARNER = (KeyKind.CONFIG, KeyKind.LEARNER)
+
+
+@dataclass(frozen=True, slots=True)
+class StateKey:
+    """A state-log key read back: its kind, the learner it belongs to and, for a decision or
+    a hold, the event (only the store writes keys)."""
+
+    kind: KeyKind
+    learner_id: str
+    event_id: str | None = None
+
+    @classmethod
+    def parse(cls, key: str) -> StateKey:
+        """The key the state log holds as ``key``; ValueError for one this store never
+        writes."""
+        kind = KeyKind.of(key)
+        if kind in _PER_LEARNER:
+            return cls(kind, key[2:])
+        learner_id, _, event_id = key[2:].partition("/")
+        return cls(kind, learner_id, event_id)
 
 
 @dataclass
@@ -57,11 +121,19 @@ class Changes:
     def __bool__(self) -> bool:
         return bool(self.puts or self.deletes)
 
+    def learners_learned(self) -> list[str]:
+        """The learners whose learning part (state, statistics) changed."""
+        return [StateKey.parse(key).learner_id for key, _ in self.puts
+                if KeyKind.of(key) is KeyKind.LEARNER]
+
 
 class PartitionStore:
     """Learner entries, decision records and holds of one partition."""
 
-    def __init__(self, *, track_changes: bool = True) -> None:
+    def __init__(self, *, retention_s: float = 600.0, track_changes: bool = True) -> None:
+        """``retention_s``: how long (stream time) a settled decision is kept, to re-emit the
+        decision of a context sent again and to recognise duplicate feedback."""
+        self.retention_s = retention_s
         self.learners: dict[str, LearnerEntry] = {}
         # Settled decisions read back from the state log stay JSON text until something asks
         # for them (decision()): most are only ever purged.
@@ -87,28 +159,28 @@ class PartitionStore:
         if self.track_changes:
             self._changed[key] = None
 
-    def _mark_decision(self, key: str) -> None:
+    def _mark_decision(self, key: EventKey) -> None:
         if self.track_changes:
             self._changed_decisions[key] = None
 
     # ------------------------------------------------------------------ learners
     def put_learner(self, learner_id: str, entry: LearnerEntry) -> None:
         self.learners[learner_id] = entry
-        self._mark(CONFIG + learner_id)
-        self._mark(LEARNER + learner_id)
+        self._mark(KeyKind.CONFIG + learner_id)
+        self._mark(KeyKind.LEARNER + learner_id)
 
     def touch_learner(self, learner_id: str) -> None:
-        self._mark(LEARNER + learner_id)
+        self._mark(KeyKind.LEARNER + learner_id)
 
     def touch_config(self, learner_id: str) -> None:
-        self._mark(CONFIG + learner_id)
+        self._mark(KeyKind.CONFIG + learner_id)
 
     def drop_learner(self, learner_id: str) -> None:
         """Delete a learner with its decisions and holds (a config tombstone)."""
         if self.learners.pop(learner_id, None) is None:
             return
-        self._mark(CONFIG + learner_id)
-        self._mark(LEARNER + learner_id)
+        self._mark(KeyKind.CONFIG + learner_id)
+        self._mark(KeyKind.LEARNER + learner_id)
         prefix = learner_id + "/"
         for key in [k for k in self.decisions if k.startswith(prefix)]:
             self.drop_decision(key)
@@ -118,37 +190,35 @@ class PartitionStore:
         self._waiting.pop(learner_id, None)
 
     # ------------------------------------------------------------------ decisions
-    def decision(self, key: str) -> DecisionRecord | None:
+    def decision(self, key: EventKey) -> DecisionRecord | None:
         record = self.decisions.get(key)
         if isinstance(record, bytes):
             record = self.decisions[key] = DecisionRecord.from_json(orjson.loads(record))
         return record
 
-    def put_decision(self, key: str, record: DecisionRecord) -> None:
+    def put_decision(self, key: EventKey, record: DecisionRecord) -> None:
         """A new decision record (open), indexed by its feedback deadline."""
         self.decisions[key] = record
         self.open_decisions += 1
         heapq.heappush(self._feedback_deadlines, (record.deadline, key))
         self._mark_decision(key)
 
-    def touch_decision(self, key: str) -> None:
+    def touch_decision(self, key: EventKey) -> None:
         self._mark_decision(key)
 
-    def settle(
-        self, key: str, record: DecisionRecord, by: Settled, now: float, retention_s: float
-    ) -> None:
-        """Close ``record``: drop what learning and live OPE needed, keep it ``retention_s``
-        for dedupe."""
+    def settle(self, key: EventKey, record: DecisionRecord, by: Settled, now: float) -> None:
+        """Close ``record``: drop what learning and live OPE needed, keep it the store's
+        retention for dedupe."""
         if record.open:
             self.open_decisions -= 1
         record.settled_by = by
         record.settled_at = now
         record.pending = None
         record.ope = None
-        heapq.heappush(self._purge_times, (now + retention_s, key, now))
+        heapq.heappush(self._purge_times, (now + self.retention_s, key, now))
         self._mark_decision(key)
 
-    def drop_decision(self, key: str) -> None:
+    def drop_decision(self, key: EventKey) -> None:
         record = self.decisions.pop(key, None)
         if record is not None:
             if isinstance(record, DecisionRecord) and record.open:
@@ -156,31 +226,31 @@ class PartitionStore:
             self._mark_decision(key)
 
     # ------------------------------------------------------------------ holds
-    def put_hold(self, key: str, hold: Hold) -> None:
+    def put_hold(self, key: EventKey, hold: Hold) -> None:
         self._count_waiting(key, self.holds.get(key), -1)
         self.holds[key] = hold
         heapq.heappush(self._hold_deadlines[hold.kind], (hold.deadline, key))
         self._index_awaiting(key, hold)
-        self._mark(HOLD + key)
+        self._mark(KeyKind.HOLD + key)
 
-    def _count_waiting(self, key: str, hold: Hold | None, change: int) -> None:
+    def _count_waiting(self, key: EventKey, hold: Hold | None, change: int) -> None:
         if hold is not None and hold.kind is HoldKind.AWAITING_UPDATES:
-            learner_id = key.split("/", 1)[0]
+            learner_id = learner_of(key)
             self._waiting[learner_id] = self._waiting.get(learner_id, 0) + change
 
-    def _index_awaiting(self, key: str, hold: Hold) -> None:
+    def _index_awaiting(self, key: EventKey, hold: Hold) -> None:
         if hold.kind is not HoldKind.AWAITING_UPDATES or hold.after is None:
             return
         assert hold.context is not None
         self._count_waiting(key, hold, +1)
-        learner_id = key.split("/", 1)[0]
+        learner_id = learner_of(key)
         heap = self._awaiting_updates.setdefault(learner_id, [])
         heapq.heappush(heap, (hold.after, hold.context.source.offset or 0, key))
         if len(heap) > 2 * self._waiting[learner_id] + 16:  # mostly holds decided at their
             heap[:] = [entry for entry in heap if self._awaits(*entry)]  # deadline: compact
             heapq.heapify(heap)
 
-    def _awaits(self, after: int, _offset: int, key: str) -> bool:
+    def _awaits(self, after: int, _offset: int, key: EventKey) -> bool:
         hold = self.holds.get(key)
         return hold is not None and hold.kind is HoldKind.AWAITING_UPDATES and hold.after == after
 
@@ -206,14 +276,14 @@ class PartitionStore:
         """Whether contexts of ``learner_id`` may be waiting for updates (O(1))."""
         return learner_id in self._awaiting_updates
 
-    def touch_hold(self, key: str) -> None:
-        self._mark(HOLD + key)
+    def touch_hold(self, key: EventKey) -> None:
+        self._mark(KeyKind.HOLD + key)
 
-    def drop_hold(self, key: str) -> Hold | None:
+    def drop_hold(self, key: EventKey) -> Hold | None:
         hold = self.holds.pop(key, None)
         if hold is not None:
             self._count_waiting(key, hold, -1)
-            self._mark(HOLD + key)
+            self._mark(KeyKind.HOLD + key)
         return hold
 
     # ------------------------------------------------------------------ deadlines
@@ -262,22 +332,19 @@ class PartitionStore:
         for key in self._changed_decisions:
             record = self.decisions.get(key)
             if isinstance(record, DecisionRecord) and record.open:
-                changes.puts.append((OPEN + key, record.to_json()))
+                changes.puts.append((KeyKind.OPEN + key, record.to_json()))
                 logged.add(key)
                 continue
             if key in logged:  # its open version goes
                 logged.discard(key)
-                changes.deletes.append(OPEN + key)
+                changes.deletes.append(KeyKind.OPEN + key)
             if isinstance(record, DecisionRecord):
-                changes.puts.append((SETTLED + key, record.to_json()))
+                changes.puts.append((KeyKind.SETTLED + key, record.to_json()))
             elif record is None:
-                changes.deletes.append(SETTLED + key)
+                changes.deletes.append(KeyKind.SETTLED + key)
         self._changed.clear()
         self._changed_decisions.clear()
         return changes
-
-    def changed(self, key: str) -> bool:
-        return key in self._changed
 
     def key_count(self) -> int:
         """How many state-log keys this partition has (``len(log_keys())``, in O(1))."""
@@ -286,29 +353,29 @@ class PartitionStore:
     def log_keys(self) -> list[str]:
         """Every state-log key of this partition (for a snapshot)."""
         return [
-            *(CONFIG + k for k in self.learners),
-            *(LEARNER + k for k in self.learners),
+            *(KeyKind.CONFIG + k for k in self.learners),
+            *(KeyKind.LEARNER + k for k in self.learners),
             *(
-                (OPEN if isinstance(r, DecisionRecord) and r.open else SETTLED) + k
+                (KeyKind.OPEN if isinstance(r, DecisionRecord) and r.open else KeyKind.SETTLED) + k
                 for k, r in self.decisions.items()
             ),
-            *(HOLD + k for k in self.holds),
+            *(KeyKind.HOLD + k for k in self.holds),
         ]
 
     def value(self, key: str) -> JSON | bytes | None:
         """The value of a state-log key (JSON, or JSON text), ``None`` when it does not
         exist."""
         kind, name = key[:2], key[2:]
-        if kind in (CONFIG, LEARNER):
+        if kind in (KeyKind.CONFIG, KeyKind.LEARNER):
             entry = self.learners.get(name)
             if entry is None:
                 return None
-            return entry.config_json() if kind == CONFIG else entry.to_json()
-        if kind in (OPEN, SETTLED):
+            return entry.config_json() if kind == KeyKind.CONFIG else entry.to_json()
+        if kind in (KeyKind.OPEN, KeyKind.SETTLED):
             record = self.decisions.get(name)
             if isinstance(record, bytes):
-                return record if kind == SETTLED else None
-            if record is None or record.open != (kind == OPEN):
+                return record if kind == KeyKind.SETTLED else None
+            if record is None or record.open != (kind == KeyKind.OPEN):
                 return None
             return record.to_json()
         hold = self.holds.get(name)
@@ -326,32 +393,32 @@ class PartitionStore:
         """A store holding ``values`` (JSON text, from the state log), with its deadline
         index rebuilt. Settled decisions stay text (not even parsed): each is purged
         ``retention_s`` after ``now`` (stream time), at the latest a retention late."""
-        store = cls(track_changes=track_changes)
+        store = cls(retention_s=retention_s, track_changes=track_changes)
         configs: dict[str, JSON] = {}
         learning: dict[str, JSON] = {}
         purge_at = now + retention_s
         for key, raw in values:
             kind, name = key[:2], key[2:]
-            if kind == SETTLED:
+            if kind == KeyKind.SETTLED:
                 store.decisions[name] = raw
                 store._purge_times.append((purge_at, name, -1.0))  # (read back: any)
-            elif kind == OPEN:
+            elif kind == KeyKind.OPEN:
                 record = DecisionRecord.from_json(orjson.loads(raw))
                 store.decisions[name] = record
                 store.open_decisions += 1
                 store._open_logged.add(name)
                 store._feedback_deadlines.append((record.deadline, name))
-            elif kind == CONFIG:
+            elif kind == KeyKind.CONFIG:
                 configs[name] = orjson.loads(raw)
-            elif kind == LEARNER:
+            elif kind == KeyKind.LEARNER:
                 learning[name] = orjson.loads(raw)
-            elif kind == HOLD:
+            elif kind == KeyKind.HOLD:
                 hold = Hold.from_json(orjson.loads(raw))
                 store.holds[name] = hold
                 store._hold_deadlines[hold.kind].append((hold.deadline, name))
                 store._index_awaiting(name, hold)
             else:
-                raise ValueError(f"unknown state key {key!r}")
+                StateKey.parse(key)  # raises: not a key of this store
         for name, config in configs.items():
             store.learners[name] = LearnerEntry.from_json(config, learning[name])
         for heap in (

@@ -64,23 +64,28 @@ def _learner_version(parser: argparse.ArgumentParser) -> None:
 
 
 def _worker_options(parser: argparse.ArgumentParser) -> None:
+    """The worker's options, their defaults read from :class:`WorkerSettings` (imported here:
+    only ``banditflow worker`` and the full parser pay for aiokafka)."""
+    from banditflow.streams.worker import WorkerSettings
+
+    defaults = WorkerSettings()
     parser.add_argument(
         "--partitions",
         type=int,
-        default=4,
+        default=defaults.partitions,
         help="partitions of every input topic (default: %(default)s)",
     )
     parser.add_argument(
         "--app-id",
-        default="banditflow",
+        default=defaults.app_id,
         help="consumer group; also names the state log topic <app-id>.state: workers of "
         "one app id share the learners (default: %(default)s)",
     )
-    parser.add_argument("--web-host", default="127.0.0.1", help="metrics bind host")
+    parser.add_argument("--web-host", default=defaults.web_host, help="metrics bind host")
     parser.add_argument(
         "--web-port",
         type=int,
-        default=6066,
+        default=defaults.web_port,
         help="port of /metrics, /ready and /healthz (default: %(default)s)",
     )
     parser.add_argument(
@@ -95,7 +100,7 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--commit-interval-ms",
         type=float,
-        default=30.0,
+        default=defaults.commit_interval_s * 1000.0,
         help="how often state changes that published nothing (feedback, timers) are "
         "committed; a decision or a dead letter is committed at once, in the next commit "
         "that starts (one is in flight at a time); a crash redoes at most the events of "
@@ -105,15 +110,15 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
         "--fetch-wait-ms",
         type=int,
         default=None,
-        help="how long a fetch may wait for records (default: 10 on the embedded broker, "
-        "which holds an empty fetch this long even when records arrive meanwhile, so it "
-        "adds up to that to a decision's latency; 500 elsewhere, where a fetch returns as "
-        "soon as records arrive)",
+        help=f"how long a fetch may wait for records (default: {EMBEDDED_FETCH_WAIT_MS} on the "
+        "embedded broker, which holds an empty fetch this long even when records arrive "
+        f"meanwhile, so it adds up to that to a decision's latency; {defaults.fetch_wait_ms} "
+        "elsewhere, where a fetch returns as soon as records arrive)",
     )
     parser.add_argument(
         "--max-batch",
         type=int,
-        default=2000,
+        default=defaults.max_batch_events,
         help="a commit starts early once this many events wait (default: %(default)s)",
     )
     parser.add_argument(
@@ -121,37 +126,39 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         help="consumer group session timeout in seconds: how soon a killed worker's partitions "
-        "move (default: 2 on the embedded broker, 10 elsewhere; Apache Kafka's minimum is 6)",
+        f"move (default: {EMBEDDED_SESSION_TIMEOUT_S:g} on the embedded broker, "
+        f"{defaults.session_timeout_s:g} elsewhere; Apache Kafka's minimum is 6)",
     )
     parser.add_argument(
         "--retention",
         type=float,
-        default=600.0,
+        default=defaults.retention_s,
         help="seconds of stream time a settled decision is kept to recognise a context or "
         "feedback sent again (default: %(default)s)",
     )
-    parser.add_argument("--max-event-bytes", type=int, default=Limits.max_event_bytes,
+    limits = defaults.limits
+    parser.add_argument("--max-event-bytes", type=int, default=limits.max_event_bytes,
                         help="larger records are dead-lettered (default: %(default)s)")
-    parser.add_argument("--max-labels", type=int, default=Limits.max_labels,
+    parser.add_argument("--max-labels", type=int, default=limits.max_labels,
                         help="labels per conformal context (default: %(default)s)")
-    parser.add_argument("--max-features", type=int, default=Limits.max_features,
+    parser.add_argument("--max-features", type=int, default=limits.max_features,
                         help="numbers in a context's features or graph (default: %(default)s)")
     parser.add_argument(
         "--max-exported-learners",
         type=int,
-        default=100,
+        default=defaults.max_exported_learners,
         help="learners exported individually to Prometheus (default: %(default)s)",
     )
     parser.add_argument(
         "--instance-id",
-        default="",
+        default=defaults.instance_id,
         help="this worker's identity across restarts (default: host name and web port); a "
         "restarted worker removes its dead predecessor from the group at once",
     )
     parser.add_argument(
         "--on-state-loss",
         choices=("exit", "fresh"),
-        default="exit",
+        default=defaults.on_state_loss,
         help="when the broker no longer holds the worker's state log (a broker restarted "
         "empty, topics deleted): exit with status 3, or start the lost partitions afresh with "
         "empty state (default: %(default)s)",
@@ -159,7 +166,7 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--live-ope",
         action=argparse.BooleanOptionalAction,
-        default=True,
+        default=defaults.live_ope,
         help="evaluate the candidate policies named in learner configs (`candidates`) on the "
         "live decisions and feedback, exported as banditflow_ope_* gauges; --no-live-ope "
         "ignores them and keeps their estimates as they were (default: on; a learner without "
@@ -195,7 +202,10 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
 # as soon as records arrive: the wait costs no latency, it only bounds how often an idle
 # consumer asks (Kafka's default, 500 ms). A partition the embedded broker cannot list in
 # time raises the wait by itself (streams/fetch_wait.py).
-EMBEDDED_FETCH_WAIT_MS, KAFKA_FETCH_WAIT_MS = 10, 500
+EMBEDDED_FETCH_WAIT_MS = 10
+# The embedded broker's session timeout: a killed worker's partitions move in seconds (Apache
+# Kafka refuses less than 6 s; the worker's default, WorkerSettings, is for it).
+EMBEDDED_SESSION_TIMEOUT_S = 2.0
 
 
 def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is lazy: aiokafka)
@@ -203,12 +213,15 @@ def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is l
     from banditflow.streams.webconfig import WebConfig
     from banditflow.streams.worker import WorkerSettings
 
+    defaults = WorkerSettings()
     session, fetch_wait = args.session_timeout, args.fetch_wait_ms
     if session is None or fetch_wait is None:
         tansu = is_tansu(args.kafka)
-        session = session if session is not None else (2.0 if tansu else 10.0)
+        session = session if session is not None else (
+            EMBEDDED_SESSION_TIMEOUT_S if tansu else defaults.session_timeout_s
+        )
         fetch_wait = fetch_wait if fetch_wait is not None else (
-            EMBEDDED_FETCH_WAIT_MS if tansu else KAFKA_FETCH_WAIT_MS
+            EMBEDDED_FETCH_WAIT_MS if tansu else defaults.fetch_wait_ms
         )
     return WorkerSettings(
         kafka=args.kafka,
@@ -588,7 +601,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("worker", help="run a worker (learner state, decisions, metrics)")
     _common_kafka(p)
-    _worker_options(p)
+    if wanted("worker"):
+        _worker_options(p)
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("simulate", help="play a simulated application against running workers")

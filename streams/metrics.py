@@ -20,7 +20,7 @@ from prometheus_client import (
 )
 
 from banditflow.learners.registry import families
-from banditflow.processors.ope import Estimate, PolicyEstimates
+from banditflow.processors.estimators import Estimate, PolicyEstimates
 from banditflow.processors.records import Outcome
 from banditflow.processors.sink import Sink
 

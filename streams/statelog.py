@@ -61,7 +61,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import OffsetOutOfRangeError
 
 from banditflow.learners.base import JSON
-from banditflow.processors.store import LEARNER, Changes, PartitionStore
+from banditflow.processors.store import Changes, KeyKind, PartitionStore
 from banditflow.streams.connection import KafkaConnection, as_connection
 from banditflow.streams.fetch_wait import FetchWait, set_fetch_wait
 from banditflow.streams.patch import PatchBases, apply, diff
@@ -72,7 +72,7 @@ FORMAT_VERSION = 3  # 3: patches
 READABLE_VERSIONS = (2, 3)
 # Keys written as patches: learner entries, rewritten by every commit that touches their
 # learner (decisions and holds are written once or twice each, whole).
-PATCHED = (LEARNER,)
+PATCHED = (KeyKind.LEARNER,)
 # zstd at level 1: on commits of this log, a fifth smaller than zlib at level 1, three times
 # faster to write and twice as fast to read back.
 _COMPRESSOR = zstandard.ZstdCompressor(level=1)
@@ -448,7 +448,7 @@ class PartitionLog:
         writer last wrote for it (a ``PATCHED`` key, not ``whole``, when the patch is the
         smaller); and whether it is a patch."""
         text = value if isinstance(value, bytes) else orjson.dumps(value)
-        if not key.startswith(PATCHED):
+        if KeyKind.of(key) not in PATCHED:
             return text, False
         last = self._written.get(key)
         # (its text: a copy that later changes of the live state cannot reach, and a

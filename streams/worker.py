@@ -50,6 +50,7 @@ from banditflow import __version__
 from banditflow.learners.base import LearnerError
 from banditflow.learners.registry import algorithms, families
 from banditflow.processors import Emitted, PartitionStore, Processor, Source, StreamTimes
+from banditflow.processors.records import dead_letter
 from banditflow.processors.store import Changes
 from banditflow.schemas import DeadLetter, Limits
 from banditflow.streams.connection import KafkaConnection, diagnose
@@ -140,7 +141,6 @@ class PartitionRuntime:
             partition=number,
             limits=settings.limits,
             sink=sink,
-            retention_s=settings.retention_s,
             expected_partition=lambda key: partition_for(key, settings.partitions),
             wall_clock=wall_clock,
             live_ope=settings.live_ope,
@@ -449,15 +449,7 @@ RECOVERY_FAILURES = Throttle(every_s=10.0)
 
 
 def internal_error(exc: Exception, source: Source, raw: bytes | None, wall: float) -> DeadLetter:
-    return DeadLetter(
-        reason="internal_error",
-        detail=DeadLetter.detail_text(f"{type(exc).__name__}: {exc}"),
-        source_topic=source.topic,
-        partition=source.partition,
-        offset=source.offset,
-        **DeadLetter.raw_fields(raw),
-        ts=wall,
-    )
+    return dead_letter("internal_error", f"{type(exc).__name__}: {exc}", raw, source, wall)
 
 
 @dataclass
@@ -799,9 +791,8 @@ class Worker:
             and not part.log.wants_commit(processor.store.key_count())
         ):
             return None
-        for key, _ in changes.puts:
-            if key.startswith("l/"):
-                self._export_gauges(part, key[2:])
+        for learner_id in changes.learners_learned():
+            self._export_gauges(part, learner_id)
         decisions, part.decisions = part.decisions, []
         context_ts, part.context_ts = part.context_ts, []
         decided_at, part.decided_at = part.decided_at, []
@@ -947,16 +938,9 @@ class Worker:
     ) -> asyncio.Future[Any]:
         log.error("the broker refused a %d-byte record for %s[%d]: %s", len(value), topic,
                   partition, exc)
-        stub = DeadLetter(
-            reason="unpublishable",
-            detail=DeadLetter.detail_text(
-                f"the broker refused this {len(value)}-byte record for {topic}: {exc}"
-            ),
-            source_topic=topic,
-            partition=partition,
-            raw=value[:1024].decode("utf-8", "replace"),
-            raw_size=len(value),
-            ts=time.time(),
+        stub = dead_letter(
+            "unpublishable", f"the broker refused this {len(value)}-byte record for {topic}: {exc}",
+            value, Source(topic, partition), time.time(), raw_kept=1024,
         )
         return await self.producer.send(
             self.topics.deadletter, stub.model_dump_json().encode(), key, partition=partition

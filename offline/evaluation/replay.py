@@ -207,7 +207,7 @@ def replay(
     that decision's record was already purged).
     """
     delay = delay or Delay()
-    processor = Processor(PartitionStore(track_changes=False), retention_s=0.0)
+    processor = Processor(PartitionStore(retention_s=0.0, track_changes=False))
     config = replay_config(task.family, algorithm, params, seed, feedback_timeout)
     _raise_dead_letters(processor.on_config(LEARNER_ID, config, CONFIGS, 0.0), "learner config")
     rng = np.random.default_rng(seed)

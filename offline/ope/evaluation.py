@@ -45,7 +45,7 @@ from banditflow.offline.archive import LoggedRound
 from banditflow.offline.ope.learning_policy import LearningPolicy
 from banditflow.offline.ope.policies import TargetPolicy
 from banditflow.offline.ope.reward_model import ActionFeatures, cross_fitted_predictions
-from banditflow.processors.ope import MIN_PROPENSITY, Estimate, PolicyEstimates, Sums
+from banditflow.processors.estimators import MIN_PROPENSITY, Estimate, PolicyEstimates, Sums
 
 ESTIMATORS = ("ips", "snips", "dr")
 
@@ -119,7 +119,7 @@ def _share(part: int, whole: int) -> str:
 def _interval(estimate: Estimate) -> str:
     if math.isnan(estimate.value):
         return "undefined"
-    if math.isnan(estimate.ci_low):  # (too few rounds for an interval: processors.ope)
+    if math.isnan(estimate.ci_low):  # (too few rounds for an interval: processors.estimators)
         return f"{estimate.value:.4f} [too few rounds]"
     return f"{estimate.value:.4f} [{estimate.ci_low:.4f}, {estimate.ci_high:.4f}]"
 

@@ -40,7 +40,8 @@ import numpy as np
 
 from banditflow.learners.registry import families, family, make_learner
 from banditflow.offline.archive import LoggedRound
-from banditflow.processors.ope import as_played, explore_eval_acceptance
+from banditflow.processors.estimators import explore_eval_acceptance
+from banditflow.processors.ope import as_played
 from banditflow.processors.redo import event_seed
 from banditflow.schemas import LearnerConfig
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from banditflow.processors.ope import RIDGE, ridge_coefficients
+from banditflow.processors.estimators import RIDGE, ridge_coefficients
 
 
 class FeatureError(ValueError):

@@ -779,7 +779,7 @@ async def measure_recovery(run: Run, learners: int, events: int) -> dict[str, An
 # ---------------------------------------------------------------------------- (i) tick
 def measure_tick(learners: int, decisions: int, calls: int) -> dict[str, Any]:
     """``on_tick`` with ``decisions`` open decisions due in 10^6 s: nothing expires."""
-    processor = Processor(PartitionStore(), retention_s=600.0)
+    processor = Processor(PartitionStore(retention_s=600.0))
     ids = [f"t{i}" for i in range(learners)]
     for i, lid in enumerate(ids):
         config = {**sps_config(lid), "feedback_timeout_s": 1e6}

@@ -44,6 +44,7 @@ from corpus import (
     corpus,
 )
 
+from banditflow.processors.store import KeyKind, StateKey
 from banditflow.streams.scrape import samples
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
@@ -372,8 +373,9 @@ def test_corpus_every_bad_record_one_dead_letter(
                 body = json.loads(record.value or b"{}")
                 before[(body["learner_id"], body["event_id"])].append(
                     f"{record.category} at {position}")
+        keys = [StateKey.parse(key) for key in state_of(PREFIX)]
         still_open = sorted(
-            tuple(key[2:].split("/", 1)) for key in state_of(PREFIX) if key.startswith("d/")
+            (key.learner_id, key.event_id) for key in keys if key.kind is KeyKind.OPEN
         )
         open_report["count"] = len(still_open)
         open_report["after_contradicting_feedback"] = sum(

@@ -131,7 +131,7 @@ def bad_value(draw: st.DrawFn) -> tuple[str, bytes]:
 
 def processor() -> Processor:
     """A partition with one learner of each family and one open decision each (e0)."""
-    p = Processor(limits=LIMITS, retention_s=RETENTION_S)
+    p = Processor(PartitionStore(retention_s=RETENTION_S), limits=LIMITS)
     for family in FAMILIES:
         config = json.dumps(body(family, "learners", family)).encode()
         assert not p.on_config(family, config, Source("learners"), 0.0).dead_letters

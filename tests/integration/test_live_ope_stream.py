@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from kafka import KafkaProducer
 
-from banditflow.processors.ope import MIN_PROPENSITY, Sums
+from banditflow.processors.estimators import MIN_PROPENSITY, Sums
 from banditflow.streams.scrape import value
 
 pytestmark = pytest.mark.integration

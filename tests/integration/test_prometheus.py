@@ -51,7 +51,7 @@ LEARNERS = {f"{family}-{algorithm}" for family, a in APPLICATIONS.items()
 # Live OPE: the learners of families whose decisions carry p evaluate their baseline and a
 # twin of themselves as candidates (the live OPE panels need one). The twin plays much as the
 # logged policy does, so its estimates have the effective sample size an interval needs
-# (processors.ope.MIN_INTERVAL_SIZE) within the run; the baseline's may not.
+# (processors.estimators.MIN_INTERVAL_SIZE) within the run; the baseline's may not.
 CANDIDATES = {family: [a.learner, a.baseline] for family, a in APPLICATIONS.items()
               if declared_family(family).action_distribution}
 # Panels allowed to return no data here (nothing fires during the test).

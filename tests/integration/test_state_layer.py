@@ -17,7 +17,7 @@ from aiokafka.protocol.fetch import FetchRequest_v4
 from conftest import decisions_consumer
 
 import banditflow.streams.statelog as statelog
-from banditflow.processors import Processor, Source, StreamTimes
+from banditflow.processors import PartitionStore, Processor, Source, StreamTimes
 from banditflow.streams.broker import EmbeddedBroker, free_port
 from banditflow.streams.demo import start_worker as start_worker_process
 from banditflow.streams.demo import stop as stop_process
@@ -93,7 +93,7 @@ def test_recovery_reads_multi_record_batches_and_snapshots(broker, monkeypatch) 
         producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=20)
         await producer.start()
         writer = PartitionLog(1, LogReader())
-        processor = Processor(retention_s=30.0)
+        processor = Processor(PartitionStore(retention_s=30.0))
         batches = []
         for step in range(30):
             drive(processor, 20 * step, 20)
@@ -140,7 +140,7 @@ def test_recovery_fetches_wait_as_briefly_as_the_worker_fetches(broker) -> None:
         producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
         await producer.start()
         writer = PartitionLog(0, LogReader())
-        processor = Processor(retention_s=30.0)
+        processor = Processor(PartitionStore(retention_s=30.0))
         for step in range(5):
             drive(processor, 20 * step, 20)
             records = writer.commit(

@@ -35,7 +35,7 @@ def feedback(event_id: str, label: str = "y0") -> bytes:
 
 @pytest.fixture
 def processor() -> Processor:
-    p = Processor(retention_s=100.0)
+    p = Processor(PartitionStore(retention_s=100.0))
     p.on_config(LID, encode({"learner_id": LID, "family": "conformal", "algorithm": "sps",
                              "params": {"alpha": 0.8, "horizon": 200},
                              "feedback_timeout_s": 10.0}), CONFIGS, 0.0)
@@ -92,7 +92,7 @@ def test_waiting_contexts_survive_a_restart_from_the_state_log(processor: Proces
     decide(processor, "e2", after=1, offset=2)
     decide(processor, "e3", after=1, offset=3)
     values = [(key, orjson.dumps(value)) for key, value in processor.store.changes().puts]
-    restarted = Processor(PartitionStore.load(values, retention_s=100.0), retention_s=100.0)
+    restarted = Processor(PartitionStore.load(values, retention_s=100.0))
     assert restarted.store.learners[LID].updates == 0
     out = restarted.on_feedback(feedback("e1"), FEEDBACK, 2.0)
     assert [d.event_id for d in out.decisions] == ["e2", "e3"]  # in their order

@@ -19,15 +19,15 @@ from banditflow.offline.archive import LoggedRound
 from banditflow.offline.ope.evaluation import evaluate
 from banditflow.offline.ope.policies import parse_policy
 from banditflow.processors import Processor, Source, StreamTimes
-from banditflow.processors.ope import (
+from banditflow.processors.estimators import (
     MIN_INTERVAL_SIZE,
     MIN_PROPENSITY,
     Z_95,
     Estimate,
     PolicyEstimates,
-    RewardModel,
     Sums,
 )
+from banditflow.processors.ope import RewardModel
 from banditflow.processors.records import LearnerEntry, Settled
 from banditflow.processors.store import PartitionStore
 

@@ -13,7 +13,7 @@ import pytest
 from banditflow.offline.archive import joined_rounds
 from banditflow.offline.ope.evaluation import evaluate
 from banditflow.offline.ope.policies import parse_policy
-from banditflow.processors.ope import RIDGE
+from banditflow.processors.estimators import RIDGE
 
 ROUNDS = 300
 FOLDS = 3

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from banditflow.processors import Emitted, Processor, Source, StreamTimes
+from banditflow.processors import Emitted, PartitionStore, Processor, Source, StreamTimes
 from banditflow.processors.records import DecisionRecord, Settled
 from banditflow.schemas import Limits
 
@@ -55,7 +55,7 @@ CONFIGS, CONTEXTS, FEEDBACK = Source("learners"), Source("contexts"), Source("fe
 
 @pytest.fixture
 def processor() -> Processor:
-    p = Processor(retention_s=100.0, unknown_learner_grace_s=3.0)
+    p = Processor(PartitionStore(retention_s=100.0), unknown_learner_grace_s=3.0)
     p.on_config(LID, config(), CONFIGS, 0.0)
     return p
 
@@ -395,10 +395,12 @@ def test_a_held_context_that_fails_does_not_cost_the_others_their_decisions(
     p.on_feedback(feedback("e3"), FEEDBACK, 0.1)
     decide = Processor.on_context
 
-    def on_context(self: Processor, raw: bytes, source: Source, now: float) -> Emitted:
+    def on_context(
+        self: Processor, raw: bytes, source: Source, now: float, **options: bool
+    ) -> Emitted:
         if b'"bad"' in raw:
             raise RuntimeError("a bug")
-        return decide(self, raw, source, now)
+        return decide(self, raw, source, now, **options)
 
     monkeypatch.setattr(Processor, "on_context", on_context)
     released = p.on_config(LID, config(), CONFIGS, 0.5)
@@ -419,7 +421,9 @@ def test_held_contexts_failing_alike_log_one_traceback(
     for i in range(50):
         p.on_context(context(f"e{i}"), CONTEXTS, 0.0)
 
-    def on_context(self: Processor, raw: bytes, source: Source, now: float) -> Emitted:
+    def on_context(
+        self: Processor, raw: bytes, source: Source, now: float, **options: bool
+    ) -> Emitted:
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(Processor, "on_context", on_context)

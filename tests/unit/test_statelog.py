@@ -16,8 +16,9 @@ import pytest
 import banditflow.streams.statelog as statelog
 from banditflow.learners.registry import make_learner
 from banditflow.processors import PartitionStore, Processor, Source, StreamTimes
-from banditflow.processors.records import LearnerEntry, LearnerSettings
+from banditflow.processors.records import LearnerEntry
 from banditflow.processors.store import Changes
+from banditflow.schemas import LearnerConfig
 from banditflow.streams.statelog import Commit, LogReader, PartitionLog, decode, encode
 
 Records = list[tuple[int, bytes, bytes]]
@@ -171,7 +172,7 @@ def run_partition(seed: int, events: int) -> tuple:
     a few events and settled decisions are kept long, so many keys never change after a
     snapshot has begun: a snapshot that missed one would lose it."""
     rng = np.random.default_rng(seed)
-    processor = Processor(retention_s=float(events) / 3)
+    processor = Processor(PartitionStore(retention_s=float(events) / 3))
     learners = [f"l{i}" for i in range(30)]
     for lid in learners:
         config = {"learner_id": lid, "family": "conformal", "algorithm": "sps",
@@ -349,8 +350,8 @@ def test_a_stale_claim_that_lands_late_is_ignored_even_with_a_higher_epoch() -> 
     assert w2.acked(append(log, w2.claim({}, {})))
     store = PartitionStore()
     store.put_learner("x", LearnerEntry(
-        LearnerSettings(learner_id="x", family="conformal", algorithm="sps",
-                        params={"alpha": 0.8, "horizon": 100}),
+        LearnerConfig(learner_id="x", family="conformal", algorithm="sps",
+                      params={"alpha": 0.8, "horizon": 100}),
         1, {}, make_learner("conformal", "sps", {"alpha": 0.8, "horizon": 100}),
     ))
     assert w2.acked(append(log, w2.commit(store, store.changes(), {"learners": 5}, {}, [])))
