@@ -140,7 +140,7 @@ class CandidateForm:
         try:
             ids = [action["id"] for action in actions]
             matrix = np.array([action["features"] for action in actions], dtype=float)
-        except (TypeError, KeyError, IndexError, ValueError):
+        except (TypeError, KeyError, IndexError, ValueError, OverflowError):
             raise LearnerError(self._first_fault(actions)) from None
         if (matrix.shape != (len(actions), self.action_features)
                 or not all(type(i) is str for i in ids)):
@@ -175,7 +175,7 @@ class CandidateForm:
 def _vector(values: Any, size: int, name: str) -> np.ndarray:
     try:
         array = np.asarray(values, dtype=float)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise LearnerError(f"{name} must be {size} numbers: {exc}") from None
     if array.shape != (size,):
         raise LearnerError(f"{name} must be {size} numbers, got shape {array.shape}")

@@ -56,7 +56,7 @@ def as_graph(
     observable feedback graph (every column needs a nonzero entry: some action reveals it)."""
     try:
         matrix = np.array(graph, dtype=float)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise LearnerError(f"a feedback graph must be a K x K array of numbers: {exc}") from exc
     if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1] or matrix.shape[0] == 0:
         raise LearnerError(f"a feedback graph must be a non-empty K x K array, got {matrix.shape}")
