@@ -54,6 +54,7 @@ from banditflow.learners.base import (
     check_unknown,
     require,
 )
+from banditflow.learners.graph_cb import kernels
 from banditflow.learners.graph_cb.candidates import CandidateForm, candidate_index
 from banditflow.learners.graph_cb.graphs import as_graph, independence_number, named_graph
 from banditflow.learners.graph_cb.oracles import Oracle, build_oracle
@@ -353,8 +354,7 @@ class GraphCBLearner(Learner):
 
 def sample(p: np.ndarray, rng: np.random.Generator) -> int:
     """An index drawn from distribution ``p``: exactly ``rng.choice(len(p), p=p)`` (the same
-    uniform draw and inverse-CDF search), without its argument checks, which cost more than
-    the rest of a small decision (``p`` is a distribution by construction)."""
-    cdf = np.cumsum(p)
-    cdf /= cdf[-1]
-    return int(cdf.searchsorted(rng.random(), side="right"))
+    uniform draw and inverse-CDF search, :func:`~banditflow.learners.graph_cb.kernels.draw`),
+    without its argument checks, which cost more than the rest of a small decision (``p`` is
+    a distribution by construction)."""
+    return int(kernels.draw(np.ascontiguousarray(p, dtype=float), rng.random()))

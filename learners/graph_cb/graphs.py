@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from banditflow.learners.base import LearnerError
+from banditflow.learners.graph_cb import kernels
 
 GRAPH_KINDS = ("bandit", "full", "cops_and_robbers", "apple_tasting", "inventory")
 """Names accepted by :func:`named_graph` (and the learners' ``graph_kind`` parameter)."""
@@ -107,14 +108,4 @@ def independence_number(G: np.ndarray) -> int:
     cops-and-robbers, apple tasting, inventory 1). Computing alpha exactly is NP-hard; the
     gamma schedule only needs its order of magnitude.
     """
-    adjacent = (G > 0.0) | (G.T > 0.0)
-    np.fill_diagonal(adjacent, False)
-    remaining = np.ones(G.shape[0], dtype=bool)
-    size = 0
-    while remaining.any():
-        degrees = np.where(remaining, (adjacent & remaining).sum(axis=1), G.shape[0] + 1)
-        node = int(np.argmin(degrees))
-        remaining &= ~adjacent[node]
-        remaining[node] = False
-        size += 1
-    return size
+    return int(kernels.greedy_independent_set_size(np.ascontiguousarray(G, dtype=float)))

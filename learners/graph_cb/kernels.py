@@ -1,5 +1,6 @@
-"""Compiled per-decision arithmetic of the graph_cb family: dec of a distribution, the scores
-of a candidate set, one recursive-least-squares update.
+"""Compiled per-decision arithmetic of the graph_cb family: SquareCB's distribution, dec of a
+distribution, the draw of an action, the scores of a candidate set, one recursive-least-squares
+update, the greedy independence number of a graph.
 
 Each is a few numpy operations on vectors of tens of entries, where numpy's per-call
 overhead (about a microsecond an operation) is most of the cost: compiled as one loop each,
@@ -57,6 +58,38 @@ def dec(p: np.ndarray, fhat: np.ndarray, G: np.ndarray, gamma: float) -> float:
             others = own_total - own[a] if own[a] != np.inf else own_total
         worst = max(worst, expected - fhat[a] + (others + missed) / gamma)
     return worst
+
+
+@njit("float64[::1](float64[::1], float64)", cache=True, error_model="numpy")
+def inverse_gap_weighting(fhat: np.ndarray, gamma: float) -> np.ndarray:
+    """SquareCB's distribution: ``p_a = 1 / (K + gamma (fhat_a - fhat_b))`` for a != b, the
+    first argmin of fhat, and the rest of the mass on b."""
+    size = fhat.size
+    best = 0
+    for a in range(1, size):
+        if fhat[a] < fhat[best]:
+            best = a
+    p = np.empty(size)
+    others = 0.0
+    for a in range(size):
+        if a != best:
+            p[a] = 1.0 / (size + gamma * (fhat[a] - fhat[best]))
+            others += p[a]
+    p[best] = 1.0 - others
+    return p
+
+
+@njit("int64(float64[::1], float64)", cache=True, error_model="numpy")
+def draw(p: np.ndarray, uniform: float) -> int:
+    """The index ``Generator.choice(len(p), p=p)`` picks with its uniform draw ``uniform``:
+    the first whose cumulative probability, normalised by the total, exceeds it (numpy's
+    cumulative sum is sequential, as here, so the index is the same to the last bit)."""
+    cdf = np.cumsum(p)
+    total = cdf[-1]
+    for a in range(p.size):
+        if cdf[a] / total > uniform:
+            return a
+    return p.size - 1
 
 
 @njit("float64[::1](float64[::1], float64[::1], float64[:, ::1], boolean, float64, float64)",
@@ -122,3 +155,42 @@ def rls_step(weights: np.ndarray, inverse: np.ndarray, vector: np.ndarray,
         weights[i] -= residual * gain
         for j in range(vector.size):
             inverse[i, j] -= gain * direction[j]
+
+
+@njit("int64(float64[:, ::1])", cache=True, error_model="numpy")
+def greedy_independent_set_size(G: np.ndarray) -> int:
+    """The size of the independent set built by repeatedly taking the first node of minimum
+    remaining degree and removing its neighbours (i != j adjacent when ``G[i, j] > 0`` or
+    ``G[j, i] > 0``), in O(K^2): removing a node lowers its remaining neighbours' degrees."""
+    size = G.shape[0]
+    if G.shape[1] != size:
+        raise ValueError("a feedback graph is K x K")
+    adjacent = np.zeros((size, size), dtype=np.bool_)
+    degree = np.zeros(size, dtype=np.int64)
+    for i in range(size):
+        for j in range(size):
+            if i != j and (G[i, j] > 0.0 or G[j, i] > 0.0):
+                adjacent[i, j] = True
+                degree[i] += 1
+    remaining = np.ones(size, dtype=np.bool_)
+    removed = np.empty(size, dtype=np.int64)
+    left = size
+    chosen = 0
+    while left > 0:
+        node = -1
+        for i in range(size):
+            if remaining[i] and (node < 0 or degree[i] < degree[node]):
+                node = i
+        count = 0
+        for j in range(size):
+            if remaining[j] and (j == node or adjacent[node, j]):
+                remaining[j] = False
+                removed[count] = j
+                count += 1
+        left -= count
+        for r in range(count):
+            for j in range(size):
+                if remaining[j] and adjacent[removed[r], j]:
+                    degree[j] -= 1
+        chosen += 1
+    return chosen

@@ -8,6 +8,7 @@ import pytest
 from banditflow.learners.graph_cb import kernels
 from banditflow.learners.graph_cb.base import sample
 from banditflow.learners.graph_cb.candidates import pair_features
+from banditflow.learners.graph_cb.graphs import independence_number
 from banditflow.learners.graph_cb.solver import decision_estimation_coefficient
 
 
@@ -100,3 +101,24 @@ def test_sample_draws_what_generator_choice_draws(seed: int) -> None:
     p, _, _, _ = random_case(seed)
     expected = np.random.default_rng([seed, 1]).choice(p.size, p=p)
     assert sample(p, np.random.default_rng([seed, 1])) == expected
+
+
+def greedy_by_definition(G: np.ndarray) -> int:
+    """Take a node of minimum remaining degree (the first), remove it and its neighbours."""
+    adjacent = (G > 0.0) | (G.T > 0.0)
+    np.fill_diagonal(adjacent, False)
+    remaining = np.ones(G.shape[0], dtype=bool)
+    size = 0
+    while remaining.any():
+        degrees = np.where(remaining, (adjacent & remaining).sum(axis=1), G.shape[0] + 1)
+        node = int(np.argmin(degrees))
+        remaining &= ~adjacent[node]
+        remaining[node] = False
+        size += 1
+    return size
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_the_greedy_independence_number_follows_its_definition(seed: int) -> None:
+    _, _, graph, _ = random_case(seed)
+    assert independence_number(graph) == greedy_by_definition(graph)
