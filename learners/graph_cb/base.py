@@ -209,13 +209,14 @@ class GraphCBLearner(Learner):
 
     def learn(self, pending: Mapping[str, Any], feedback: Mapping[str, Any]) -> Learned:
         revealed = self._revealed_losses(pending, feedback)
-        for action, loss in revealed.items():
-            if self.form is None:
+        if self.form is None:
+            for action, loss in revealed.items():
                 self.oracle.update(pending["features"], action, loss)
-            else:  # only the revealed candidate's pair features
-                self.oracle.update_pair(np.asarray(pending["features"], dtype=float),
-                                        np.asarray(pending["candidates"][action], dtype=float),
-                                        loss)
+        else:  # only the revealed candidates' pair features
+            shared = np.asarray(pending["features"], dtype=float)
+            for action, loss in revealed.items():
+                self.oracle.update_pair(
+                    shared, np.asarray(pending["candidates"][action], dtype=float), loss)
         self.schedule.record_learn()
         metrics = {"revealed": float(len(revealed))}
         played = int(pending["action"])

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -143,7 +144,7 @@ class CandidateForm:
         except (TypeError, KeyError, IndexError, ValueError, OverflowError):
             raise LearnerError(self._first_fault(actions)) from None
         if (matrix.shape != (len(actions), self.action_features)
-                or not all(type(i) is str for i in ids)):
+                or not all(map(isinstance, ids, repeat(str)))):
             raise LearnerError(self._first_fault(actions))
         if not np.isfinite(matrix).all():
             bad = int(np.argmin(np.isfinite(matrix).all(axis=1)))
