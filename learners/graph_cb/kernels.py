@@ -3,11 +3,10 @@ distribution, the draw of an action, the scores of a candidate set, one recursiv
 update, the greedy independence number of a graph.
 
 Each is a few numpy operations on vectors of tens of entries, where numpy's per-call
-overhead (about a microsecond an operation) is most of the cost: compiled as one loop each,
-they take a tenth of the time (measured in ``tests/benchmarks/bench_graph_cb_candidates_vw.py``,
-see docs/results/graph_cb_candidates.md). Like the solver's kernels
-(:mod:`banditflow.learners.graph_cb.primal_dual`) they are compiled with explicit types when this
-module is imported (numba's on-disk cache after the first time) and run as plain Python,
+overhead (about a microsecond an operation) is most of the cost; compiled, each is one call
+(docs/results/graph_cb_candidates.md measures the per-round path). Like the solver's kernels
+(:mod:`banditflow.learners.graph_cb.primal_dual`) they are compiled with explicit types when
+this module is imported (numba's on-disk cache after the first time) and run as plain Python,
 correct but slow, where numba is not installed. Compiled code does not check indices, so
 each kernel checks its arrays' shapes first (a ValueError).
 """

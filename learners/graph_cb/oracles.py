@@ -8,7 +8,9 @@
   ``fhat_a = <w, x_a>``;
 * ``pairs`` (not a parameter: a learner with ``action_features`` builds it, see
   :mod:`banditflow.learners.graph_cb.candidates`): as ``per_action``, on the features of each
-  (context, candidate) pair, for 1 to ``actions`` candidates an event.
+  (context, candidate) pair, for 1 to ``actions`` candidates an event; ``predict_pairs`` and
+  ``update_pair`` take the shared and the candidates' features and never build the pair
+  features of a whole set (:mod:`banditflow.learners.graph_cb.kernels`).
 
 Updates are unweighted square-loss steps, either online gradient descent (``sgd``, constant
 learning rate) or recursive least squares (``rls``, online ridge regression; keeps a D x D
