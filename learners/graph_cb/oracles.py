@@ -141,14 +141,14 @@ class LinearOracle:
         ``candidates`` (n x d_a), validated arrays, without building them
         (:func:`~banditflow.learners.graph_cb.kernels.pair_scores`)."""
         self._check_pairs(shared.shape[0], candidates.shape[1])
-        return kernels.pair_scores(self.weights[0], shared, candidates, self.bias,
-                                   *self.clip_range())
+        return kernels.pair_scores(self.weights[0], _dense(shared), _dense(candidates),
+                                   self.bias, *self.clip_range())
 
     def update_pair(self, shared: np.ndarray, candidate: np.ndarray, loss: float) -> None:
         """:meth:`update` on the pair features of ``shared`` with one candidate's (validated
         arrays)."""
         self._check_pairs(shared.shape[0], candidate.shape[0])
-        self._step(0, kernels.pair_vector(shared, candidate, self.bias), loss)
+        self._step(0, kernels.pair_vector(_dense(shared), _dense(candidate), self.bias), loss)
 
     def _check_pairs(self, shared_dim: int, item_dim: int) -> None:
         """Refuse pair features of sizes this oracle was not built for (the compiled
@@ -167,7 +167,7 @@ class LinearOracle:
         if self.inverse_gram is None:
             self.weights[row] -= self.learning_rate * residual * vector
         else:
-            kernels.rls_step(self.weights[row], self.inverse_gram[row], vector, residual)
+            kernels.rls_step(self.weights[row], self.inverse_gram[row], _dense(vector), residual)
         self.updates += 1
 
     def to_state(self) -> JSON:
@@ -193,6 +193,11 @@ class LinearOracle:
             low, high = state["loss_range"]
             self.loss_range = float(low), float(high)
         self.updates = int(state["updates"])
+
+
+def _dense(array: np.ndarray) -> np.ndarray:
+    """``array`` as the compiled kernels take it: C-contiguous float64 (no copy if it is)."""
+    return np.ascontiguousarray(array, dtype=float)
 
 
 NEURAL_LEARNING_RATE = 0.5  # default online-gradient step of the neural oracle

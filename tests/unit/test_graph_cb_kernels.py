@@ -122,3 +122,20 @@ def greedy_by_definition(G: np.ndarray) -> int:
 def test_the_greedy_independence_number_follows_its_definition(seed: int) -> None:
     _, _, graph, _ = random_case(seed)
     assert independence_number(graph) == greedy_by_definition(graph)
+
+
+def test_the_oracle_takes_arrays_in_any_memory_order() -> None:
+    """The kernels take C-contiguous float64 arrays; the oracle hands them any array."""
+    from banditflow.learners.graph_cb.oracles import LinearOracle
+
+    per_action = LinearOracle(actions=3, feature_dim=2, layout="per_action", update="rls",
+                              bias=False)
+    transposed = np.arange(6.0).reshape(2, 3).T  # (a view in Fortran order)
+    per_action.update(transposed, 1, 0.5)
+    assert per_action.updates == 1
+    pairs = LinearOracle(actions=4, feature_dim=2 * 3 + 3 + 2, layout="pairs", update="rls")
+    shared, candidates = np.arange(4.0)[::2], np.asfortranarray(np.ones((4, 3)))
+    pairs.update_pair(shared, candidates[0], 0.3)  # (a row of a Fortran-order array)
+    expected = np.hstack([pair_features(np.ascontiguousarray(shared), np.ones((4, 3))),
+                          np.ones((4, 1))]) @ pairs.weights[0]
+    assert pairs.predict_pairs(shared, candidates) == pytest.approx(expected)
