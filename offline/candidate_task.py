@@ -117,8 +117,8 @@ class CandidateTask:
         """The losses playing candidate ``action`` reveals, keyed by item id."""
         revealed = ([action] if request.graph is None
                     else np.flatnonzero(request.graph[action] > 0).tolist())
-        ids = [a["id"] for a in request.context["actions"]]
-        return {ids[j]: float(request.losses[j]) for j in revealed}
+        actions = request.context["actions"]
+        return {actions[j]["id"]: float(request.losses[j]) for j in revealed}
 
 
 @dataclass

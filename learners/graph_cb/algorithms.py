@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from banditflow.learners.base import JSON, LearnerError, require
+from banditflow.learners.graph_cb import kernels
 from banditflow.learners.graph_cb.base import GraphCBLearner
 from banditflow.learners.graph_cb.solver import (
     SOLVERS,
@@ -87,10 +88,7 @@ class SquareCB(GraphCBLearner):
     def distribution(
         self, fhat: np.ndarray, graph: np.ndarray, gamma: float
     ) -> tuple[np.ndarray, float]:
-        best = int(np.argmin(fhat))
-        p = 1.0 / (len(fhat) + gamma * (fhat - fhat[best]))
-        p[best] = 0.0
-        p[best] = 1.0 - p.sum()
+        p = kernels.inverse_gap_weighting(np.ascontiguousarray(fhat, dtype=float), gamma)
         return p, decision_estimation_coefficient(p, fhat, graph, gamma)
 
 

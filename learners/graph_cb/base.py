@@ -54,7 +54,8 @@ from banditflow.learners.base import (
     check_unknown,
     require,
 )
-from banditflow.learners.graph_cb.candidates import CandidateForm, candidate_index, pair_features
+from banditflow.learners.graph_cb import kernels
+from banditflow.learners.graph_cb.candidates import CandidateForm, candidate_index
 from banditflow.learners.graph_cb.graphs import as_graph, independence_number, named_graph
 from banditflow.learners.graph_cb.oracles import Oracle, build_oracle
 from banditflow.learners.graph_cb.schedules import GammaSchedule
@@ -173,7 +174,7 @@ class GraphCBLearner(Learner):
         shared = self.form.shared(context.get("features"))
         offered = self.form.offered(context.get("actions"))
         graph = self.event_graph(context.get("graph"), len(offered.ids))
-        fhat = self.oracle.predict(pair_features(shared, offered.features))
+        fhat = self.oracle.predict_pairs(shared, offered.features)
         output, pending = self._decided(fhat, graph, True, rng)
         output["action_id"] = offered.ids[output["action"]]
         pending |= {"features": shared.tolist(), "ids": offered.ids,
@@ -196,7 +197,7 @@ class GraphCBLearner(Learner):
         """The output and pending state of a decision on predicted losses ``fhat``."""
         gamma = self.schedule.gamma(self.exploration_alpha(graph, per_event))
         p, dec = self.distribution(fhat, graph, gamma)
-        action = int(rng.choice(len(p), p=p))
+        action = sample(p, rng)
         self.schedule.record_decision(dec)
         output = {
             "action": action,
@@ -208,13 +209,14 @@ class GraphCBLearner(Learner):
 
     def learn(self, pending: Mapping[str, Any], feedback: Mapping[str, Any]) -> Learned:
         revealed = self._revealed_losses(pending, feedback)
-        for action, loss in revealed.items():
-            if self.form is None:
+        if self.form is None:
+            for action, loss in revealed.items():
                 self.oracle.update(pending["features"], action, loss)
-            else:  # only the revealed candidate's pair features
-                pair = pair_features(np.asarray(pending["features"], dtype=float),
-                                     np.asarray([pending["candidates"][action]], dtype=float))
-                self.oracle.update(pair, 0, loss)
+        else:  # only the revealed candidates' pair features
+            shared = np.asarray(pending["features"], dtype=float)
+            for action, loss in revealed.items():
+                self.oracle.update_pair(
+                    shared, np.asarray(pending["candidates"][action], dtype=float), loss)
         self.schedule.record_learn()
         metrics = {"revealed": float(len(revealed))}
         played = int(pending["action"])
@@ -349,3 +351,11 @@ class GraphCBLearner(Learner):
         """Decisions made; the progressive-validation loss (``mean_loss``) is averaged by
         the processors' statistics from each ``learn``'s ``loss`` metric."""
         return {"decisions": float(self.schedule.decisions)}
+
+
+def sample(p: np.ndarray, rng: np.random.Generator) -> int:
+    """An index drawn from distribution ``p``: exactly ``rng.choice(len(p), p=p)`` (the same
+    uniform draw and inverse-CDF search, :func:`~banditflow.learners.graph_cb.kernels.draw`),
+    without its argument checks, which cost more than the rest of a small decision (``p`` is
+    a distribution by construction)."""
+    return int(kernels.draw(np.ascontiguousarray(p, dtype=float), rng.random()))

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -50,9 +51,13 @@ FIXED_K_PARAMS = ("actions", "graph", "feature_layout")
 def pair_features(shared: np.ndarray, actions: np.ndarray) -> np.ndarray:
     """The n x (D d_a + d_a + D) features of the pairs (shared, action_i): the products
     shared_k * action_j (k-major), the action's features, then the shared ones."""
-    n = actions.shape[0]
-    crossed = (shared[None, :, None] * actions[:, None, :]).reshape(n, -1)
-    return np.hstack([crossed, actions, np.broadcast_to(shared, (n, shared.shape[0]))])
+    n, item_dim = actions.shape
+    crossed = shared.shape[0] * item_dim
+    pairs = np.empty((n, crossed + item_dim + shared.shape[0]))
+    pairs[:, :crossed] = (shared[None, :, None] * actions[:, None, :]).reshape(n, crossed)
+    pairs[:, crossed:crossed + item_dim] = actions
+    pairs[:, crossed + item_dim:] = shared
+    return pairs
 
 
 @dataclass(frozen=True)
@@ -130,43 +135,51 @@ class CandidateForm:
         if len(actions) > self.max_actions:
             raise LearnerError(f"{len(actions)} candidate actions, more than the learner's "
                                f"max_actions {self.max_actions}")
-        ids: list[str] = []
-        rows = []
-        for position, action in enumerate(actions):
-            if not isinstance(action, Mapping) or not isinstance(action.get("id"), str):
-                raise LearnerError(f"actions[{position}] needs an 'id' (text) and 'features'")
-            features = action.get("features")
-            if (not isinstance(features, Sequence) or isinstance(features, str)
-                    or len(features) != self.action_features):
-                raise LearnerError(f"actions[{position}].features must be "
-                                   f"{self.action_features} numbers")
-            ids.append(action["id"])
-            rows.append(features)
-        # (one conversion for the whole set, the costly part of a decision; a failure is then
-        # traced to its candidate)
+        # The whole set in one conversion (per-candidate checks in Python cost more than the
+        # rest of a decision); only a set that fails it is gone through candidate by
+        # candidate, to name the first bad one.
         try:
-            matrix = np.array(rows, dtype=float)
-        except (TypeError, ValueError):
-            for position, features in enumerate(rows):
-                _vector(features, self.action_features, f"actions[{position}].features")
-            raise
-        finite = np.isfinite(matrix).all(axis=1)
-        if not finite.all():
-            raise LearnerError(f"actions[{int(np.argmin(finite))}].features must be finite")
+            ids = [action["id"] for action in actions]
+            matrix = np.array([action["features"] for action in actions], dtype=float)
+        except (TypeError, KeyError, IndexError, ValueError, OverflowError):
+            raise LearnerError(self._first_fault(actions)) from None
+        if (matrix.shape != (len(actions), self.action_features)
+                or not all(map(isinstance, ids, repeat(str)))):
+            raise LearnerError(self._first_fault(actions))
+        if not np.isfinite(matrix).all():
+            bad = int(np.argmin(np.isfinite(matrix).all(axis=1)))
+            raise LearnerError(f"actions[{bad}].features must be finite")
         if len(set(ids)) != len(ids):
             repeated = sorted({i for i in ids if ids.count(i) > 1})
             raise LearnerError(f"candidate ids must be unique within an event; repeated: "
                                f"{', '.join(repeated[:5])}")
         return Offered(ids, matrix)
 
+    def _first_fault(self, actions: Sequence[Any]) -> str:
+        """What is wrong with the first candidate of ``actions`` that is not
+        ``{"id": text, "features": d_a numbers}``."""
+        for position, action in enumerate(actions):
+            if not isinstance(action, Mapping) or not isinstance(action.get("id"), str):
+                return f"actions[{position}] needs an 'id' (text) and 'features'"
+            features = action.get("features")
+            if (not isinstance(features, Sequence) or isinstance(features, str)
+                    or len(features) != self.action_features):
+                return f"actions[{position}].features must be {self.action_features} numbers"
+            try:
+                _vector(features, self.action_features, f"actions[{position}].features")
+            except LearnerError as exc:
+                return str(exc)
+        return (f"'actions' must be candidates {{\"id\": text, \"features\": "
+                f"{self.action_features} numbers}}")
+
 
 def _vector(values: Any, size: int, name: str) -> np.ndarray:
     try:
         array = np.asarray(values, dtype=float)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise LearnerError(f"{name} must be {size} numbers: {exc}") from None
     if array.shape != (size,):
         raise LearnerError(f"{name} must be {size} numbers, got shape {array.shape}")
-    if not np.all(np.isfinite(array)):
+    if not np.isfinite(array).all():
         raise LearnerError(f"{name} must be finite")
     return array

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from banditflow.learners.base import LearnerError
+from banditflow.learners.graph_cb import kernels
 
 GRAPH_KINDS = ("bandit", "full", "cops_and_robbers", "apple_tasting", "inventory")
 """Names accepted by :func:`named_graph` (and the learners' ``graph_kind`` parameter)."""
@@ -56,7 +57,7 @@ def as_graph(
     observable feedback graph (every column needs a nonzero entry: some action reveals it)."""
     try:
         matrix = np.array(graph, dtype=float)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise LearnerError(f"a feedback graph must be a K x K array of numbers: {exc}") from exc
     if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1] or matrix.shape[0] == 0:
         raise LearnerError(f"a feedback graph must be a non-empty K x K array, got {matrix.shape}")
@@ -107,14 +108,4 @@ def independence_number(G: np.ndarray) -> int:
     cops-and-robbers, apple tasting, inventory 1). Computing alpha exactly is NP-hard; the
     gamma schedule only needs its order of magnitude.
     """
-    adjacent = (G > 0.0) | (G.T > 0.0)
-    np.fill_diagonal(adjacent, False)
-    remaining = np.ones(G.shape[0], dtype=bool)
-    size = 0
-    while remaining.any():
-        degrees = np.where(remaining, (adjacent & remaining).sum(axis=1), G.shape[0] + 1)
-        node = int(np.argmin(degrees))
-        remaining &= ~adjacent[node]
-        remaining[node] = False
-        size += 1
-    return size
+    return int(kernels.greedy_independent_set_size(np.ascontiguousarray(G, dtype=float)))

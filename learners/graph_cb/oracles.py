@@ -8,7 +8,9 @@
   ``fhat_a = <w, x_a>``;
 * ``pairs`` (not a parameter: a learner with ``action_features`` builds it, see
   :mod:`banditflow.learners.graph_cb.candidates`): as ``per_action``, on the features of each
-  (context, candidate) pair, for 1 to ``actions`` candidates an event.
+  (context, candidate) pair, for 1 to ``actions`` candidates an event; ``predict_pairs`` and
+  ``update_pair`` take the shared and the candidates' features and never build the pair
+  features of a whole set (:mod:`banditflow.learners.graph_cb.kernels`).
 
 Updates are unweighted square-loss steps, either online gradient descent (``sgd``, constant
 learning rate) or recursive least squares (``rls``, online ridge regression; keeps a D x D
@@ -53,6 +55,8 @@ from banditflow.learners.base import (
     check_state_size,
     require,
 )
+from banditflow.learners.graph_cb import kernels
+from banditflow.learners.graph_cb.candidates import pair_features
 from banditflow.learners.torch_support import import_torch, one_thread
 
 LAYOUTS = ("shared", "per_action")
@@ -127,7 +131,35 @@ class LinearOracle:
         """One unweighted square-loss example: action ``action`` had loss ``loss`` at ``x``
         (the loss of the clipped prediction: see the module docstring)."""
         array = self.features(x)
-        row, vector = (action, array) if self.layout == "shared" else (0, array[action])
+        if self.layout == "shared":
+            self._step(action, array, loss)
+        else:
+            self._step(0, array[action], loss)
+
+    def predict_pairs(self, shared: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+        """:meth:`predict` of the pair features of ``shared`` (D) with each row of
+        ``candidates`` (n x d_a), validated arrays, without building them
+        (:func:`~banditflow.learners.graph_cb.kernels.pair_scores`)."""
+        self._check_pairs(shared.shape[0], candidates.shape[1])
+        return kernels.pair_scores(self.weights[0], _dense(shared), _dense(candidates),
+                                   self.bias, *self.clip_range())
+
+    def update_pair(self, shared: np.ndarray, candidate: np.ndarray, loss: float) -> None:
+        """:meth:`update` on the pair features of ``shared`` with one candidate's (validated
+        arrays)."""
+        self._check_pairs(shared.shape[0], candidate.shape[0])
+        self._step(0, kernels.pair_vector(_dense(shared), _dense(candidate), self.bias), loss)
+
+    def _check_pairs(self, shared_dim: int, item_dim: int) -> None:
+        """Refuse pair features of sizes this oracle was not built for (the compiled
+        kernels do not check indices)."""
+        if self.layout != "pairs" or self.feature_dim != (shared_dim + 1) * item_dim + shared_dim:
+            raise LearnerError(f"pair features of {shared_dim} shared and {item_dim} candidate "
+                               f"features do not fit this oracle ({self.layout} layout, "
+                               f"{self.feature_dim} features)")
+
+    def _step(self, row: int, vector: np.ndarray, loss: float) -> None:
+        """The update of weight vector ``row`` on one example (``vector`` with its bias)."""
         low, high = self.loss_range or (loss, loss)
         self.loss_range = min(low, loss), max(high, loss)
         low, high = self.clip_range()
@@ -135,11 +167,7 @@ class LinearOracle:
         if self.inverse_gram is None:
             self.weights[row] -= self.learning_rate * residual * vector
         else:
-            inverse = self.inverse_gram[row]
-            direction = inverse @ vector
-            gain = direction / (1.0 + vector @ direction)
-            self.weights[row] -= residual * gain
-            inverse -= np.outer(gain, direction)
+            kernels.rls_step(self.weights[row], self.inverse_gram[row], _dense(vector), residual)
         self.updates += 1
 
     def to_state(self) -> JSON:
@@ -167,6 +195,11 @@ class LinearOracle:
         self.updates = int(state["updates"])
 
 
+def _dense(array: np.ndarray) -> np.ndarray:
+    """``array`` as the compiled kernels take it: C-contiguous float64 (no copy if it is)."""
+    return np.ascontiguousarray(array, dtype=float)
+
+
 NEURAL_LEARNING_RATE = 0.5  # default online-gradient step of the neural oracle
 NEURAL_HIDDEN_SIZE = 32  # default hidden width; 0 is the paper's sigmoid((M x)_a)
 ORACLES = ("linear", "neural")
@@ -181,6 +214,10 @@ class Oracle(Protocol):
     def predict(self, x: Sequence[Any] | np.ndarray) -> np.ndarray: ...
 
     def update(self, x: Sequence[Any] | np.ndarray, action: int, loss: float) -> None: ...
+
+    def predict_pairs(self, shared: np.ndarray, candidates: np.ndarray) -> np.ndarray: ...
+
+    def update_pair(self, shared: np.ndarray, candidate: np.ndarray, loss: float) -> None: ...
 
     def to_state(self) -> JSON: ...
 
@@ -335,6 +372,14 @@ class NeuralOracle:
                 for _, offset in self.layers:
                     offset.zero_()
         self.updates += 1
+
+    def predict_pairs(self, shared: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+        """:meth:`predict` on the pair features of ``shared`` with each of ``candidates``."""
+        return self.predict(pair_features(shared, candidates))
+
+    def update_pair(self, shared: np.ndarray, candidate: np.ndarray, loss: float) -> None:
+        """:meth:`update` on the pair features of ``shared`` with one candidate's."""
+        self.update(pair_features(shared, candidate[None, :]), 0, loss)
 
     def to_state(self) -> JSON:
         """The weights as nested lists (see the class docstring for the count)."""

@@ -66,7 +66,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from banditflow.learners.base import LearnerError
-from banditflow.learners.graph_cb import closed_forms, primal_dual
+from banditflow.learners.graph_cb import closed_forms, kernels, primal_dual
 from banditflow.learners.graph_cb.graphs import as_graph, detect_kind
 
 SOLVERS = ("auto", "numeric", "bandit", "cops_and_robbers", "apple_tasting", "inventory",
@@ -150,15 +150,10 @@ def decision_estimation_coefficient(
     >>> round(decision_estimation_coefficient([0.5, 0.5], [0.0, 0.1], np.eye(2), 10.0), 4)
     0.15
     """
-    p = np.asarray(p, dtype=float)
-    fhat = np.asarray(fhat, dtype=float)
-    G = np.asarray(G, dtype=float)
-    reveal = G.T @ p
-    deviation_sq = (p[None, :] - np.eye(p.size)) ** 2  # row a: (p_i - 1[i = a])^2
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(deviation_sq > 0.0, deviation_sq / reveal[None, :], 0.0)
-    information = ratio.sum(axis=1) / gamma
-    return float(np.max(np.dot(p, fhat) - fhat + information))
+    p = np.ascontiguousarray(p, dtype=float)
+    fhat = np.ascontiguousarray(fhat, dtype=float)
+    G = np.ascontiguousarray(G, dtype=float)
+    return kernels.dec(p, fhat, G, float(gamma))
 
 
 def min_dec_distribution(

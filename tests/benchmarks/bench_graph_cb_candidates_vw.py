@@ -21,8 +21,23 @@ Both tools get the same gamma schedule, gamma = 10 n^0.5 (banditflow ``gamma_sch
 VW's default ``--gamma_scale 10 --gamma_exponent 0.5``), and VW the shared x item interactions
 (``-q sa``) that banditflow's pair features hold. Oracles differ (banditflow: recursive least
 squares on the pair features; VW: its adaptive, normalised SGD), so the losses compare the
-whole systems. Requests are built before the clock starts; each tool's timing covers its own
-example formatting, decide and learn (one core, a shared machine: indicative).
+whole systems.
+
+What each tool's clock covers (wall clock of the learning loop, both in this process, on the
+same pre-built requests; JSON decoding of a record is in neither):
+
+* banditflow: per round, the worker's per-event generator (``event_seed``), ``decide`` on the
+  context as the application sends it (validating and converting the candidate set, scoring,
+  p, the draw, the output and pending state), the feedback as the application sends it
+  (losses keyed by item id) and ``learn`` (validating it, the oracle's update);
+* VW: per round, writing the context as VW text (once: the learn example is the same lines
+  with the played line's label), VW parsing it, ``predict``, the draw from its pmf and
+  ``learn`` (a service in front of VW must write and VW must parse every example).
+
+Each tool runs ``--repeats`` times per seed, alternating (VW, banditflow, VW, ...), so a load
+that comes and goes on the shared machine falls on both; decisions/s are the medians, beside
+the process CPU time's rate (less sensitive to other processes) and the 1-minute load
+average around the runs.
 
 Reported per task and tool: progressive loss (mean drawn loss of the played candidates) at
 checkpoints, mean regret (mean loss of the played candidate minus the best's), decisions/s,
@@ -36,9 +51,9 @@ tests/benchmarks/bench_graph_cb_candidates_vw.py [--rounds N] [--vw-budget S] [-
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +77,7 @@ def task_for(kind: str, rounds: int, seed: int) -> CandidateTask:
                          graph_edge=GRAPH_EDGE if kind == "graph" else 0.0)
 
 
-def record(played: list[int], requests: list[Request], elapsed: float) -> dict[str, Any]:
+def record(played: list[int], requests: list[Request], clock: Clock) -> dict[str, Any]:
     """Progressive loss at checkpoints, regret, decisions/s and late items' regret."""
     losses = np.array([r.losses[a] for r, a in zip(requests, played, strict=False)])
     regret = np.array([r.means[a] - r.means.min() for r, a in zip(requests, played, strict=False)])
@@ -74,33 +89,50 @@ def record(played: list[int], requests: list[Request], elapsed: float) -> dict[s
         "regret": float(regret.mean()),
         "late_regret": float(regret[late].mean()) if late.any() else float("nan"),
         "late_rounds": int(late.sum()),
-        "decisions_per_s": len(played) / elapsed,
+        "decisions_per_s": len(played) / clock.wall,
+        "cpu_decisions_per_s": len(played) / clock.cpu,
+        "load": clock.load,
     }
 
 
-def run_banditflow(kind: str, task: CandidateTask, requests: list[Request], seed: int,
-                   budget: float) -> dict[str, Any]:
+class Clock:
+    """Wall and process CPU time of a block, and the 1-minute load average at its end."""
+
+    def __enter__(self) -> Clock:
+        self.started = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.wall = time.perf_counter() - self.started[0]
+        self.cpu = time.process_time() - self.started[1]
+        self.load = os.getloadavg()[0]
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started[0]
+
+
+def run_banditflow(kind: str, task: CandidateTask, requests: list[Request],
+                   seed: int) -> dict[str, Any]:
     algorithm = "squarecb_g" if kind == "graph" else "squarecb"
     learner = make_learner("graph_cb", algorithm, {
         **task.params, "update": "rls", "gamma_schedule": "vw", "gamma_scale": GAMMA_SCALE})
     played = []
-    started = time.perf_counter()
-    for t, request in enumerate(requests):
-        decided = learner.decide(request.context, event_seed(seed, f"r{t}"))
-        action = decided.output["action"]
-        learner.learn(decided.pending, {"losses": task.feedback(request, action)})
-        played.append(action)
-    return record(played, requests, time.perf_counter() - started)
+    with Clock() as clock:
+        for t, request in enumerate(requests):
+            decided = learner.decide(request.context, event_seed(seed, f"r{t}"))
+            action = decided.output["action"]
+            learner.learn(decided.pending, {"losses": task.feedback(request, action)})
+            played.append(action)
+    return record(played, requests, clock)
 
 
-def vw_lines(request: Request, labels: dict[int, str] | None = None) -> list[str]:
+def vw_lines(request: Request) -> list[str]:
+    """The request as a VW ADF example, shared line first, without labels."""
     user = " ".join(f"u{i}:{v:g}" for i, v in enumerate(request.context["features"]))
     graph = "" if request.graph is None else f"graph {vw_graph(request.graph)} "
     lines = [f"shared {graph}|s {user}"]
-    for j, action in enumerate(request.context["actions"]):
-        item = " ".join(f"i{i}:{v:g}" for i, v in enumerate(action["features"]))
-        label = (labels or {}).get(j, "")
-        lines.append(f"{label}|a {item}")
+    for action in request.context["actions"]:
+        lines.append("|a " + " ".join(f"i{i}:{v:g}" for i, v in enumerate(action["features"])))
     return lines
 
 
@@ -114,41 +146,54 @@ def run_vw(kind: str, task: CandidateTask, requests: list[Request], seed: int,
         "--quiet", enable_logging=False)
     rng = np.random.default_rng([seed, 0x77])
     played = []
-    started = time.perf_counter()
-    for request in requests:
-        if time.perf_counter() - started > budget:
-            break
-        pmf = np.asarray(workspace.predict(vw_lines(request)), dtype=float)
-        if not np.all(np.isfinite(pmf)) or pmf.sum() <= 0.0:
-            pmf = np.ones(len(request.items))  # (never seen here; played uniformly if so)
-        action = int(rng.choice(len(pmf), p=pmf / pmf.sum()))
-        if request.graph is None:
-            labels = {action: f"0:{request.losses[action]:g}:{pmf[action] / pmf.sum():g} "}
-        else:
-            labels = {int(j): f"0:{request.losses[j]:g}:1 "
-                      for j in np.flatnonzero(request.graph[action] > 0)}
-        workspace.learn(vw_lines(request, labels))
-        played.append(action)
-    elapsed = time.perf_counter() - started
+    with Clock() as clock:
+        for request in requests:
+            if clock.elapsed() > budget:
+                break
+            lines = vw_lines(request)
+            pmf = np.asarray(workspace.predict(lines), dtype=float)
+            if not np.all(np.isfinite(pmf)) or pmf.sum() <= 0.0:
+                pmf = np.ones(len(request.items))  # (never seen here; played uniformly if so)
+            action = int(rng.choice(len(pmf), p=pmf / pmf.sum()))
+            if request.graph is None:
+                labels = {action: f"0:{request.losses[action]:g}:{pmf[action] / pmf.sum():g} "}
+            else:
+                labels = {int(j): f"0:{request.losses[j]:g}:1 "
+                          for j in np.flatnonzero(request.graph[action] > 0)}
+            for j, label in labels.items():  # (line 0 is the shared one)
+                lines[j + 1] = label + lines[j + 1]
+            workspace.learn(lines)
+            played.append(action)
     workspace.finish()
-    return record(played, requests, elapsed)
+    return record(played, requests, clock)
 
 
-RUNNERS: dict[str, Callable[..., dict[str, Any]]] = {"banditflow": run_banditflow, "vw": run_vw}
+TOOLS = ("vw", "banditflow_at_vw_rounds", "banditflow")
 
 
-def compare(kind: str, rounds: int, seeds: list[int], vw_budget: float) -> list[dict[str, Any]]:
-    """Per seed: VW first (its budget may cut the stream), then banditflow on the whole stream,
-    its figures also over VW's rounds."""
+def compare(kind: str, rounds: int, seeds: list[int], vw_budget: float,
+            repeats: int) -> list[dict[str, Any]]:
+    """Per seed and repeat: VW first (its budget may cut the stream), then banditflow on the
+    whole stream and on VW's rounds. Losses are the first repeat's (every repeat plays the
+    same rounds: both tools are deterministic given the seed); rates are medians."""
     rows = []
     for seed in seeds:
         task = task_for(kind, rounds, seed)
         requests = [task.request(t) for t in range(rounds)]
-        vw = run_vw(kind, task, requests, seed, vw_budget)
-        mine = run_banditflow(kind, task, requests, seed, float("inf"))
-        prefix = run_banditflow(kind, task, requests[: vw["rounds"]], seed, float("inf"))
-        rows.append({"task": kind, "seed": seed, "vw": vw, "banditflow": mine,
-                     "banditflow_at_vw_rounds": prefix})
+        runs: dict[str, list[dict[str, Any]]] = {tool: [] for tool in TOOLS}
+        for _ in range(repeats):
+            vw = run_vw(kind, task, requests, seed, vw_budget)
+            runs["vw"].append(vw)
+            runs["banditflow"].append(run_banditflow(kind, task, requests, seed))
+            runs["banditflow_at_vw_rounds"].append(
+                run_banditflow(kind, task, requests[: vw["rounds"]], seed))
+        row: dict[str, Any] = {"task": kind, "seed": seed, "repeats": repeats}
+        for tool, results in runs.items():
+            row[tool] = {**results[0], **{
+                name: float(np.median([r[name] for r in results]))
+                for name in ("decisions_per_s", "cpu_decisions_per_s")},
+                "load": [r["load"] for r in results]}
+        rows.append(row)
     return rows
 
 
@@ -159,38 +204,44 @@ def rate(per_s: float) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| task | seed | tool | rounds | progressive loss | at 1k / 2k / 5k / 10k | regret "
-             "| late items' regret (rounds) | decisions/s |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| late items' regret (rounds) | decisions/s (median) | CPU decisions/s | load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
-        for tool in ("vw", "banditflow_at_vw_rounds", "banditflow"):
+        for tool in TOOLS:
             r = row[tool]
             at = " / ".join(f"{r['at'][n]:.4f}" if n in r["at"] else "-" for n in CHECKPOINTS)
+            load = ", ".join(f"{v:.1f}" for v in r["load"])
             lines.append(
                 f"| {row['task']} | {row['seed']} | {tool} | {r['rounds']:,} | "
                 f"{r['progressive_loss']:.4f} | {at} | {r['regret']:.4f} | "
-                f"{r['late_regret']:.4f} ({r['late_rounds']}) | {rate(r['decisions_per_s'])} |")
+                f"{r['late_regret']:.4f} ({r['late_rounds']}) | {rate(r['decisions_per_s'])} | "
+                f"{rate(r['cpu_decisions_per_s'])} | {load} |")
     return "\n".join(lines) + "\n"
 
 
 def summary(rows: list[dict[str, Any]]) -> str:
     """Medians over seeds of the ratios the issue's target names: banditflow's progressive
-    loss over VW's (on VW's rounds), and banditflow's decisions/s over VW's."""
+    loss over VW's (on VW's rounds), and banditflow's decisions/s over VW's (wall clock, and
+    process CPU time)."""
     out = []
     for kind in sorted({r["task"] for r in rows}):
         mine = [r for r in rows if r["task"] == kind]
         loss = [r["banditflow_at_vw_rounds"]["progressive_loss"] / r["vw"]["progressive_loss"]
                 for r in mine]
         speed = [r["banditflow"]["decisions_per_s"] / r["vw"]["decisions_per_s"] for r in mine]
+        cpu = [r["banditflow"]["cpu_decisions_per_s"] / r["vw"]["cpu_decisions_per_s"]
+               for r in mine]
         out.append(f"{kind}: progressive loss banditflow / VW at equal rounds, median "
                    f"{np.median(loss):.3f} (target <= 1.05); decisions/s banditflow / VW, "
-                   f"median {np.median(speed):.2f}x (target >= 10x)")
+                   f"median {np.median(speed):.2f}x (target >= 10x; CPU time: "
+                   f"{np.median(cpu):.2f}x)")
     return "\n".join(out) + "\n"
 
 
 def test_candidate_sets_against_vowpal_wabbit() -> None:
     pytest.importorskip("vowpalwabbit")
-    rows = compare("bandit", 10_000, [0], vw_budget=600.0)
-    rows += compare("graph", 10_000, [0], vw_budget=600.0)
+    rows = compare("bandit", 10_000, [0], vw_budget=600.0, repeats=3)
+    rows += compare("graph", 10_000, [0], vw_budget=600.0, repeats=1)
     print("\n" + table(rows) + summary(rows))
     for row in rows:
         for tool in ("vw", "banditflow"):
@@ -205,10 +256,13 @@ def main() -> int:
                         help="seconds VW may take on a stream (default: %(default)s)")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds")
     parser.add_argument("--task", choices=("bandit", "graph", "both"), default="both")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="alternating runs of each tool per seed (default: %(default)s)")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     kinds = ("bandit", "graph") if args.task == "both" else (args.task,)
-    rows = [row for kind in kinds for row in compare(kind, args.rounds, seeds, args.vw_budget)]
+    rows = [row for kind in kinds
+            for row in compare(kind, args.rounds, seeds, args.vw_budget, args.repeats)]
     print(table(rows) + summary(rows))
     return 0
 

@@ -20,9 +20,17 @@ times. Records are grouped by ``category`` (``reason/kind``) for the report.
 Valid traffic: conformal SPS learners kept in their burn-in (alpha = 0.99, horizon 10^4:
 about 92,000 feedbacks each), whose prediction set is therefore every offered label, so that
 semi-bandit feedback is known to be valid (a covered label) or contradicting (a label never
-offered, ``missed: true``) without reading the decision back; and a graph_cb learner on the
-full feedback graph (every loss may be revealed). The test checks that premise (every
-conformal decision holds every label).
+offered, ``missed: true``) without reading the decision back; a graph_cb learner on the
+full feedback graph (every loss may be revealed); and a graph_cb learner on candidate sets
+(``action_features``: each context offers its own 1 to ``CANDIDATE_MAX`` candidates, with
+features, on the full graph, the losses keyed by candidate id). The test checks that premise
+(every conformal decision holds every label).
+
+Candidate sets are hostile in their own ways: repeated ids, more candidates than the
+learner's ``max_actions``, features of the wrong length (ragged), non-finite features, a graph
+of the wrong size, candidates sent to a fixed-K learner (or none to a candidate learner),
+huge candidate lists (beyond ``--max-features`` numbers, or beyond ``--max-event-bytes``),
+and feedback naming a candidate the event did not offer.
 
 Ordering that decides an outcome is kept within one topic-partition (Kafka orders only
 there): contradicting feedback comes after its context's decision is asked for and before
@@ -78,6 +86,10 @@ CONFORMAL_PARAMS = {"alpha": 0.99, "horizon": 10_000}
 GRAPH_ACTIONS = 3
 GRAPH_DIM = 2
 GRAPH_PARAMS = {"actions": GRAPH_ACTIONS, "feature_dim": GRAPH_DIM, "graph_kind": "full"}
+CANDIDATE_MAX = 8
+CANDIDATE_DIM = 2
+CANDIDATE_PARAMS = {"feature_dim": GRAPH_DIM, "action_features": CANDIDATE_DIM,
+                    "max_actions": CANDIDATE_MAX, "graph_kind": "full", "update": "rls"}
 EXP_TIMEOUT_S = 1.0
 
 @dataclass(frozen=True)
@@ -101,6 +113,7 @@ class Learners:
     partitions: int
     conformal: list[str] = field(default_factory=list)
     graph: list[str] = field(default_factory=list)
+    candidate_sets: list[str] = field(default_factory=list)  # graph_cb on candidate sets
     orphan: str = ""  # its feedback never has a decision (grace 1 s)
     expiring: str = ""  # timeout 1 s (phase 1 and 2)
     reconfigured: str = ""  # reconfigured in phase 1
@@ -110,11 +123,19 @@ class Learners:
         learners = cls(partitions)
         learners.conformal = ids("conf", 2 * partitions, partitions)
         learners.graph = ids("graph", partitions, partitions)
+        learners.candidate_sets = ids("cand", partitions, partitions)
         learners.orphan, learners.expiring, learners.reconfigured = "orph", "exp", "rv"
         return learners
 
     def partition(self, lid: str) -> int:
         return partition_for(lid, self.partitions)
+
+    def kind(self, lid: str) -> str:
+        """``graph_cb`` (fixed K), ``candidate_sets`` (graph_cb on candidate sets) or
+        ``conformal``."""
+        if lid in self.graph:
+            return "graph_cb"
+        return "candidate_sets" if lid in self.candidate_sets else "conformal"
 
     def configs(self) -> list[dict[str, Any]]:
         """The valid configs produced first."""
@@ -122,6 +143,9 @@ class Learners:
         out += [{"learner_id": lid, "family": "graph_cb", "algorithm": "squarecb_g",
                  "seed": 7, "params": GRAPH_PARAMS, "feedback_timeout_s": TIMEOUT_S}
                 for lid in self.graph]
+        out += [{"learner_id": lid, "family": "graph_cb", "algorithm": "squarecb",
+                 "seed": 7, "params": CANDIDATE_PARAMS, "feedback_timeout_s": TIMEOUT_S}
+                for lid in self.candidate_sets]
         out.append(conformal_config(self.orphan, early_feedback_grace_s=1.0))
         out.append(conformal_config(self.expiring, feedback_timeout_s=EXP_TIMEOUT_S))
         out.append(conformal_config(self.reconfigured))  # (open until phase 2)
@@ -175,6 +199,9 @@ WEIGHTS: dict[str, float] = {
     "arbitrary_json": 10,
     "mutated_json": 5,
 }
+# The candidate-set contexts a learner refuses (learner_rejected), besides the other kinds.
+CANDIDATE_REJECTIONS = ("duplicate_ids", "too_many_candidates", "ragged_features",
+                        "graph_wrong_size", "no_candidates", "candidates_to_fixed_k")
 DEDUPE_SHARE = 0.04  # duplicates, beyond the bad records
 VALID_SHARE = 0.5  # valid contexts per bad record (each with its feedback)
 LATE_SHARE = 0.002  # decision_expired and stale_version records each (phases 1 and 2)
@@ -229,11 +256,24 @@ class _Generator:
         if lid in self.learners.graph:
             features = self.rng.normal(size=GRAPH_DIM).round(4).tolist()
             return {"learner_id": lid, "event_id": eid, "features": features}
+        if lid in self.learners.candidate_sets:
+            return {"learner_id": lid, "event_id": eid,
+                    "features": self.rng.normal(size=GRAPH_DIM).round(4).tolist(),
+                    "actions": self.candidates(int(self.rng.integers(1, CANDIDATE_MAX + 1)))}
         k = int(self.rng.integers(2, 9))
         return {"learner_id": lid, "event_id": eid, "labels": [f"y{i}" for i in range(k)],
                 "scores": self.rng.normal(size=k).round(4).tolist()}
 
+    def candidates(self, count: int, dim: int = CANDIDATE_DIM) -> list[dict[str, Any]]:
+        """``count`` candidates with distinct ids (drawn from a catalogue of 1,000 items)."""
+        items = self.rng.choice(1_000, size=count, replace=count > 1_000)
+        return [{"id": f"item-{i}", "features": self.rng.normal(size=dim).round(4).tolist()}
+                for i in items.tolist()]
+
     def true_feedback(self, lid: str, eid: str, context: dict[str, Any]) -> dict[str, Any]:
+        if lid in self.learners.candidate_sets:  # (the full graph: every loss revealed)
+            losses = {a["id"]: round(float(self.rng.random()), 4) for a in context["actions"]}
+            return {"learner_id": lid, "event_id": eid, "losses": losses}
         if lid in self.learners.graph:
             losses = {str(a): round(float(self.rng.random()), 4) for a in range(GRAPH_ACTIONS)}
             return {"learner_id": lid, "event_id": eid, "losses": losses}
@@ -246,20 +286,24 @@ class _Generator:
     def take(self, pool: list[tuple[str, str, dict[str, Any]]],
              family: str | None = None) -> tuple[str, str, dict[str, Any]] | None:
         """Remove and return a random event of ``pool`` (of ``family``), if any."""
-        candidates = [
+        eligible = [
             i for i in range(max(0, len(pool) - 64), len(pool))
-            if family is None or (pool[i][0] in self.learners.graph) == (family == "graph_cb")
+            if family is None or self.learners.kind(pool[i][0]) == family
         ]
-        if not candidates:
+        if not eligible:
             return None
-        return pool.pop(self.choice(candidates))
+        return pool.pop(self.choice(eligible))
 
     # ------------------------------------------------------------------ valid traffic
     def valid_context(self) -> list[Record]:
         learners = self.learners
-        # A tenth of the valid traffic goes to graph_cb (slower to decide).
-        if self.rng.random() < 0.1:
+        # A tenth of the valid traffic goes to graph_cb (slower to decide), a twentieth to
+        # graph_cb on candidate sets.
+        draw = self.rng.random()
+        if draw < 0.1:
             lid = self.choice(learners.graph)
+        elif draw < 0.15:
+            lid = self.choice(learners.candidate_sets)
         else:
             lid = self.choice(learners.conformal)
         eid = self.eid("v")
@@ -401,8 +445,11 @@ class _Generator:
 
     def make_non_finite(self) -> list[Record] | None:
         token = self.choice([b"NaN", b"Infinity", b"-Infinity", b"1e400", b"-1e999"])
-        kind = self.choice(["scores", "ts", "features", "losses", "reward", "graph"])
-        if kind in ("features", "graph", "losses"):
+        kind = self.choice(["scores", "ts", "features", "losses", "reward", "graph",
+                            "candidate_features"])
+        if kind == "candidate_features":
+            lid = self.choice(self.learners.candidate_sets)
+        elif kind in ("features", "graph", "losses"):
             lid = self.choice(self.learners.graph)
         else:
             lid = self.choice(self.learners.conformal)
@@ -421,6 +468,11 @@ class _Generator:
             graph[1][2] = "@"  # type: ignore[call-overload]
             value = dumps({"learner_id": lid, "event_id": eid, "features": [0.1, 0.2],
                            "graph": graph}).replace(b'"@"', token)
+        elif kind == "candidate_features":
+            actions = self.candidates(int(self.rng.integers(1, CANDIDATE_MAX + 1)))
+            actions[int(self.rng.integers(len(actions)))]["features"][-1] = "@"
+            value = dumps({"learner_id": lid, "event_id": eid, "features": [0.1, 0.2],
+                           "actions": actions}).replace(b'"@"', token)
         elif kind == "losses":
             stream = "feedback"
             value = dumps({"learner_id": lid, "event_id": eid, "losses": {"0": "@"}}
@@ -434,8 +486,10 @@ class _Generator:
     def make_oversize(self) -> list[Record] | None:
         rng = self.rng
         kind = self.choice(["bytes", "bytes_invalid", "labels", "labels", "features",
-                            "graph"])
-        if kind in ("features", "graph"):
+                            "graph", "candidates", "candidates_bytes"])
+        if kind in ("candidates", "candidates_bytes"):
+            lid = self.choice(self.learners.candidate_sets)
+        elif kind in ("features", "graph"):
             lid = self.choice(self.learners.graph)
         else:
             lid = self.choice(self.learners.conformal)
@@ -458,6 +512,15 @@ class _Generator:
             n = MAX_FEATURES + int(rng.integers(1, 200))
             value = dumps({"learner_id": lid, "event_id": eid,
                            "features": rng.normal(size=n).round(3).tolist()})
+        elif kind == "candidates":  # more numbers (an id and its features each) than allowed
+            count = MAX_FEATURES // (1 + CANDIDATE_DIM) + int(rng.integers(1, 100))
+            value = dumps({"learner_id": lid, "event_id": eid, "features": [0.1, 0.2],
+                           "actions": self.candidates(count)})
+        elif kind == "candidates_bytes":  # a huge list, beyond the bytes of a record
+            count = MAX_EVENT_BYTES // 20 + int(rng.integers(1, 1_000))
+            value = dumps({"learner_id": lid, "event_id": eid, "features": [0.1, 0.2],
+                           "actions": [{"id": f"i{i}", "features": [0.5, 0.5]}
+                                       for i in range(count)]})
         else:
             n = math.isqrt(MAX_FEATURES) + 1 + int(rng.integers(0, 5))
             value = dumps({"learner_id": lid, "event_id": eid, "features": [0.1, 0.2],
@@ -529,8 +592,11 @@ class _Generator:
 
     def make_learner_rejected(self) -> list[Record] | None:
         kind = self.choice(["empty_labels", "features_to_conformal", "wrong_dimension",
-                            "labels_to_graph_cb"])
+                            "labels_to_graph_cb", *CANDIDATE_REJECTIONS])
         eid = self.eid("lr")
+        if kind in CANDIDATE_REJECTIONS:
+            return [self.keyed("contexts", *self.rejected_candidates(kind, eid),
+                               "learner_rejected", f"learner_rejected/{kind}")]
         if kind in ("empty_labels", "features_to_conformal"):
             lid = self.choice(self.learners.conformal)
             body: dict[str, Any] = {"learner_id": lid, "event_id": eid}
@@ -548,8 +614,37 @@ class _Generator:
         return [self.keyed("contexts", lid, body, "learner_rejected",
                            f"learner_rejected/{kind}")]
 
+    def rejected_candidates(self, kind: str, eid: str) -> tuple[str, dict[str, Any]]:
+        """A context (and its learner) that passes the schema, which a candidate-set learner
+        (or, for ``candidates_to_fixed_k``, a fixed-K one) refuses."""
+        rng = self.rng
+        lid = self.choice(self.learners.candidate_sets)
+        body: dict[str, Any] = {"learner_id": lid, "event_id": eid, "features": [0.1, 0.2]}
+        count = int(rng.integers(2, CANDIDATE_MAX + 1))
+        actions = self.candidates(count)
+        if kind == "duplicate_ids":
+            actions[-1]["id"] = actions[int(rng.integers(count - 1))]["id"]
+        elif kind == "too_many_candidates":  # (within --max-features: the learner's limit)
+            actions = self.candidates(CANDIDATE_MAX + int(rng.integers(1, 30)))
+        elif kind == "ragged_features":
+            actions[int(rng.integers(count))]["features"] = self.choice(
+                [[], [0.5], [0.5, 0.5, 0.5]])
+        elif kind == "graph_wrong_size":
+            size = self.choice([count - 1, count + 1])
+            body["graph"] = np.ones((size, size)).tolist()
+        elif kind == "no_candidates":  # a fixed-K context to a candidate-set learner
+            actions = []
+        else:  # candidates_to_fixed_k
+            lid = self.choice(self.learners.graph)
+            body["learner_id"] = lid
+        if actions:
+            body["actions"] = actions
+        return lid, body
+
     def make_contradicting_feedback(self) -> list[Record] | None:
-        family = "graph_cb" if self.rng.random() < 0.2 else "conformal"
+        family = "conformal"
+        if self.rng.random() < 0.2:
+            family = self.choice(["graph_cb", "candidate_sets"])
         event = self.take(self.open, family)
         if event is None:
             return None
@@ -562,6 +657,12 @@ class _Generator:
                 ("conformal_label", {"label": "y0"}),
                 ("conformal_missed", {"missed": True}),
                 ("prob_graph_rewards", {"rewards": {"0": 1.0}}),
+            ])
+        elif family == "candidate_sets":
+            kind, extra = self.choice([
+                ("candidate_not_offered", {"losses": {f"never-{eid}": 0.5}}),
+                ("candidate_index_out_of_range", {"losses": {str(CANDIDATE_MAX): 0.5}}),
+                ("conformal_label", {"label": "y0"}),
             ])
         else:
             kind, extra = self.choice([

@@ -348,7 +348,8 @@ def test_corpus_every_bad_record_one_dead_letter(
         if r.expect == VALID and r.stream == "feedback"
     )
     applied: dict[str, tuple[float, float]] = {}
-    for lid in [*learners.conformal, *learners.graph, learners.orphan]:
+    for lid in [*learners.conformal, *learners.graph, *learners.candidate_sets,
+                learners.orphan]:
         settled = metric(worker, "banditflow_learner_feedback", learner_id=lid)
         timeouts = metric(worker, "banditflow_learner_timeouts", learner_id=lid)
         applied[lid] = (settled - timeouts, timeouts)

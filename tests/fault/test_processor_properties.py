@@ -203,3 +203,97 @@ def test_a_hostile_field(record: tuple[str, bytes]) -> None:
 @given(bad_value())
 def test_arbitrary_json_or_bytes(record: tuple[str, bytes]) -> None:
     check(record)
+
+
+# Candidate sets (graph_cb with action_features): one learner, hostile candidate lists.
+CANDIDATES_CONFIG = {"learner_id": "cand", "family": "graph_cb", "algorithm": "squarecb",
+                     "params": {"feature_dim": 2, "action_features": 2, "max_actions": 4,
+                                "graph_kind": "full", "update": "rls"}}
+
+
+def offered(count: int, start: int = 0) -> list[dict[str, Any]]:
+    return [{"id": f"item-{i}", "features": [0.5, -0.25 * i]} for i in range(start, start + count)]
+
+
+def candidate_context(event_id: str, actions: Any, **fields: Any) -> bytes:
+    return json.dumps({"learner_id": "cand", "event_id": event_id, "features": [0.1, 0.2],
+                       "actions": actions, **fields}).encode()
+
+
+def candidates_processor() -> Processor:
+    p = Processor(limits=LIMITS, retention_s=RETENTION_S)
+    config = json.dumps(CANDIDATES_CONFIG).encode()
+    assert not p.on_config("cand", config, Source("learners"), 0.0).dead_letters
+    return p
+
+
+HOSTILE_CANDIDATE_SETS: list[tuple[str, bytes, str]] = [
+    ("duplicate_ids", candidate_context("h", offered(2) + offered(1)), "learner_rejected"),
+    ("too_many_candidates", candidate_context("h", offered(5)), "learner_rejected"),
+    ("ragged_features", candidate_context(
+        "h", [*offered(1), {"id": "r", "features": [0.5]}]), "learner_rejected"),
+    ("long_features", candidate_context(
+        "h", [*offered(1), {"id": "r", "features": [0.5, 0.5, 0.5]}]), "learner_rejected"),
+    ("graph_wrong_size", candidate_context("h", offered(2), graph=[[1.0] * 3] * 3),
+     "learner_rejected"),
+    ("non_finite", candidate_context("h", offered(2)).replace(b"-0.25", b"NaN"), "non_finite"),
+    ("overflowing", candidate_context("h", offered(2)).replace(b"-0.25", b"1e400"),
+     "non_finite"),
+    ("huge_list", candidate_context("h", offered(200)), "oversize"),
+    ("huge_bytes", candidate_context("h", offered(4_000)), "oversize"),
+    ("empty_list", candidate_context("h", []), "invalid_schema"),
+    ("empty_id", candidate_context("h", [{"id": "", "features": [0.5, 0.5]}]),
+     "invalid_schema"),
+    ("text_feature", candidate_context("h", [{"id": "t", "features": [0.5, "0.5"]}]),
+     "invalid_schema"),
+    ("no_candidates", json.dumps({"learner_id": "cand", "event_id": "h",
+                                  "features": [0.1, 0.2]}).encode(), "learner_rejected"),
+]
+
+
+@pytest.mark.parametrize(("raw", "reason"), [case[1:] for case in HOSTILE_CANDIDATE_SETS],
+                         ids=[case[0] for case in HOSTILE_CANDIDATE_SETS])
+def test_a_hostile_candidate_set_is_dead_lettered_and_costs_no_valid_record(
+    raw: bytes, reason: str
+) -> None:
+    p = candidates_processor()
+    out = p.on_context(raw, Source("contexts", 0, 0, 1.0), 1.0)
+    assert not out.decisions
+    assert [letter.reason for letter in out.dead_letters] == [reason]
+    # The next valid context is decided, its feedback (keyed by id) applied, nothing learnt
+    # from the hostile one.
+    out = p.on_context(candidate_context("v", offered(3)), Source("contexts", 0, 1, 2.0), 2.0)
+    assert len(out.decisions) == 1 and not out.dead_letters
+    losses = {f"item-{i}": 0.1 * i for i in range(3)}
+    feedback = json.dumps({"learner_id": "cand", "event_id": "v", "losses": losses}).encode()
+    assert not p.on_feedback(feedback, Source("feedback", 0, 0, 3.0), 3.0).dead_letters
+    entry = p.store.learners["cand"]
+    assert entry.learner.oracle.updates == 3
+    assert entry.stats["feedback"] == 1
+    round_trip(p)
+
+
+@st.composite
+def bad_candidate(draw: st.DrawFn) -> tuple[str, bytes]:
+    """A valid candidate-set context with one candidate's id, features or one feature
+    replaced by a hostile value."""
+    actions = offered(draw(st.integers(1, 4)))
+    target = actions[draw(st.integers(0, len(actions) - 1))]
+    where = draw(st.sampled_from(["id", "features", "feature", "candidate"]))
+    if where == "feature":
+        target["features"][draw(st.integers(0, 1))] = draw(nasty)
+    elif where == "candidate":
+        actions[actions.index(target)] = draw(nasty)
+    else:
+        target[where] = draw(nasty)
+    return "contexts", candidate_context("h", actions)
+
+
+@SETTINGS
+@given(bad_candidate())
+def test_a_hostile_candidate(record: tuple[str, bytes]) -> None:
+    p = candidates_processor()
+    out = p.on_context(record[1], Source("contexts", 0, 0, 1.0), 1.0)
+    assert len(out.decisions) + len(out.dead_letters) == 1
+    assert {letter.reason for letter in out.dead_letters} <= DOCUMENTED_REASONS
+    round_trip(p)

@@ -139,6 +139,25 @@ def candidates(*features: list[float]) -> list[dict]:
     ({"features": [0.0], "actions": candidates([1.0, 0.0])}, "'features' must be 2 numbers"),
     ({"features": [0.0, 0.0]}, "needs 'actions'"),
     ({"features": [0.0, 0.0], "actions": []}, "needs 'actions'"),
+    # (a set that fails the one conversion of the whole set is named candidate by candidate)
+    ({"features": [0.0, 0.0], "actions": candidates([1.0, 0.0], [10**400, 0.0])},
+     "actions\\[1\\].features must be 2 numbers"),
+    ({"features": [0.0, 0.0], "actions": candidates([1.0, 0.0], [[1.0], [2.0]])},
+     "actions\\[1\\].features must be 2 numbers"),
+    ({"features": [0.0, 0.0], "actions": candidates([1.0, 0.0], "ab")},
+     "actions\\[1\\].features must be 2 numbers"),
+    ({"features": [0.0, 0.0], "actions": candidates([1.0, 0.0], [1.0, {"x": 1}])},
+     "actions\\[1\\].features must be 2 numbers"),
+    ({"features": [0.0, 0.0], "actions": [{"id": "a", "features": [1.0, 0.0]},
+                                          {"id": 7, "features": [1.0, 0.0]}]},
+     "actions\\[1\\] needs an 'id'"),
+    ({"features": [0.0, 0.0], "actions": [{"id": "a", "features": [1.0, 0.0]}, [1.0, 0.0]]},
+     "actions\\[1\\] needs an 'id'"),
+    ({"features": [0.0, 0.0], "actions": [{"id": "a"}]}, "actions\\[0\\].features must be"),
+    ({"features": [10**400, 0.0], "actions": candidates([1.0, 0.0])},
+     "'features' must be 2 numbers"),
+    ({"features": [0.0, 0.0], "actions": candidates([1.0, 0.0], [0.0, 1.0]),
+      "graph": [[1.0, 10**400], [0.0, 1.0]]}, "array of numbers"),
 ])
 def test_bad_candidate_sets_are_refused(context: dict, message: str) -> None:
     learner = make_learner("graph_cb", "squarecb_g", FORM)
