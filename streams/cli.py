@@ -198,10 +198,10 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
 EMBEDDED_FETCH_WAIT_MS, KAFKA_FETCH_WAIT_MS = 10, 500
 
 
-def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is lazy: aiokafka)
+def worker_settings(args: argparse.Namespace):  # -> WorkerSettings
     from banditflow.streams.broker import is_tansu
+    from banditflow.streams.settings import WorkerSettings
     from banditflow.streams.webconfig import WebConfig
-    from banditflow.streams.worker import WorkerSettings
 
     session, fetch_wait = args.session_timeout, args.fetch_wait_ms
     if session is None or fetch_wait is None:

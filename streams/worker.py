@@ -4,19 +4,21 @@ One asyncio process, on aiokafka:
 
 - a consumer in the group ``app_id`` with range assignment, so partition p of every input
   topic (learners, contexts, feedback, truth) goes to the same worker;
-- per owned partition a :class:`PartitionRuntime`: the processor and its in-memory store,
-  the state log writer, the stream clocks and the input marks (the next offset per stream);
-- a committer (a group commit): as soon as applied events produced a decision or a dead
-  letter and no commit is in flight (else every ``commit_interval_s``, or once
-  ``max_batch_events`` wait) it runs the timers, writes each partition's changes and input
-  marks to the state log as one record, and once the broker has acknowledged it, publishes
-  the decisions and dead letters (a fenced former owner's never go out). Events keep flowing
-  in while a commit is in flight and go into the next one, so commits grow with the load; a
-  commit never waits for the input to run out;
+- per owned partition a :class:`PartitionTask` (streams/partition_task.py): the processor
+  and its in-memory store, the state log writer, the stream clocks and the input marks (the
+  next offset per stream);
+- a commit loop (a group commit; streams/committer.py writes it): as soon as applied events
+  produced a decision or a dead letter and no commit is in flight (else every
+  ``commit_interval_s``, or once ``max_batch_events`` wait) it runs the timers, writes each
+  partition's changes and input marks to the state log as one record, and once the broker
+  has acknowledged it, publishes the decisions and dead letters (a fenced former owner's
+  never go out). Events keep flowing in while a commit is in flight and go into the next
+  one, so commits grow with the load; a commit never waits for the input to run out;
 - on assignment, a partition is read back from its state log (from its latest snapshot),
   the last commit's decisions and dead letters are published again, a claim fences former
   owners, and the inputs resume at the recovered marks; on revocation, a final commit;
-- an HTTP server on a thread: ``/metrics`` (Prometheus), ``/ready``, ``/healthz``.
+- an HTTP server on a thread: ``/metrics`` (Prometheus), ``/ready``, ``/healthz``
+  (streams/web.py); the group's workarounds are in streams/group.py.
 
 Why not Faust's tables: they rewrite state on every event, recover by reading the whole
 changelog (the embedded broker never compacts), and keep offsets apart from state, so a
@@ -33,8 +35,6 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -45,10 +45,8 @@ from aiokafka.structs import ConsumerRecord
 from banditflow import __version__
 from banditflow.learners.base import LearnerError
 from banditflow.learners.registry import algorithms, families
-from banditflow.processors import Emitted, PartitionStore, Processor, Source, StreamTimes
-from banditflow.processors.store import Changes
-from banditflow.schemas import DeadLetter, Limits
-from banditflow.streams.connection import KafkaConnection, diagnose
+from banditflow.streams.committer import Committer
+from banditflow.streams.connection import diagnose
 from banditflow.streams.fetch_wait import FetchWait, set_fetch_wait
 from banditflow.streams.group import (
     HEARTBEAT_MS,
@@ -60,18 +58,15 @@ from banditflow.streams.group import (
 )
 from banditflow.streams.logfilters import Throttle
 from banditflow.streams.metrics import PrometheusSink
+from banditflow.streams.partition_task import PartitionTask, PendingCommit
 from banditflow.streams.record_order import in_record_time_order
-from banditflow.streams.statelog import (
-    LogReader,
-    PartitionLog,
-    StateLogError,
-    StateLogLost,
-    read_partitions,
-)
+from banditflow.streams.recovery import restore
+from banditflow.streams.settings import WorkerSettings
+from banditflow.streams.statelog import LogReader, StateLogError, StateLogLost
+from banditflow.streams.statelog_kafka import read_partitions
 from banditflow.streams.stream_time import FetchAnswers
-from banditflow.streams.topics import TopicError, Topics, ensure_topics, partition_for, state_topic
+from banditflow.streams.topics import TopicError, Topics, ensure_topics, state_topic
 from banditflow.streams.web import serve_http
-from banditflow.streams.webconfig import WebConfig
 
 # The order in which one partition's streams break timestamp ties: a config before the
 # contexts sent with it, a context before its feedback.
@@ -81,143 +76,6 @@ log = logging.getLogger("banditflow.worker")
 # The lines an operator waits for: ready (once) and each rebalance. `banditflow worker` shows
 # them at its default --loglevel (warning), which keeps the rest of the worker quiet.
 lifecycle = logging.getLogger("banditflow.worker.lifecycle")
-
-@dataclass(frozen=True)
-class WorkerSettings:
-    """Everything ``banditflow worker`` can be told (see ``banditflow worker --help``)."""
-
-    kafka: KafkaConnection = field(default_factory=KafkaConnection)
-    app_id: str = "banditflow"
-    prefix: str = "banditflow"
-    partitions: int = 4
-    web_host: str = "127.0.0.1"
-    web_port: int = 6066
-    # How often a partition whose events produced nothing to publish (feedback only, timers)
-    # commits its state and marks; events that produced a decision or a dead letter are
-    # committed at once (group commit: commits follow each other as fast as the broker
-    # acknowledges them, each taking what arrived while the previous one was in flight).
-    commit_interval_s: float = 0.03
-    # A commit starts early once this many events wait; the input pauses at twice as many.
-    max_batch_events: int = 2000
-    retention_s: float = 600.0
-    max_exported_learners: int = 100
-    limits: Limits = field(default_factory=Limits)
-    session_timeout_s: float = 10.0
-    # Who this worker is across restarts (the consumer's client id): a restarted worker
-    # removes its dead predecessor from the group at once instead of waiting for its
-    # session to time out. Default: the host name and web port.
-    instance_id: str = ""
-    # How long a fetch may wait for records: the embedded broker answers an empty fetch only
-    # when this ends, even if records arrive meanwhile, so it adds to the input's latency
-    # (the CLI's default is per broker: streams/cli.py, EMBEDDED_FETCH_WAIT_MS).
-    fetch_wait_ms: int = 500
-    # A caught-up stream's clock follows the wall clock, this far behind (records a
-    # producer has stamped but not yet delivered must not be overtaken).
-    idle_lag_s: float = 1.0
-    # Record timestamps further ahead of the wall clock than this are taken as the wall
-    # clock: one mis-stamped record must not expire every pending decision.
-    max_future_s: float = 5.0
-    # When the broker no longer holds the state log (emptied, replaced, topics recreated):
-    # "exit" with EXIT_STATE_LOST, or start the lost partitions "fresh" with empty state.
-    on_state_loss: str = "exit"
-    # Evaluate the candidate policies named in learner configs on the live stream (off: they
-    # are ignored, their estimates kept as they were).
-    live_ope: bool = True
-    # /metrics, /ready and /healthz over TLS and with basic auth (--web-config).
-    web_config: WebConfig | None = None
-
-
-class PartitionRuntime:
-    """One owned partition: its processor and store, state log writer, clocks and marks."""
-
-    def __init__(
-        self, number: int, reader: LogReader, settings: WorkerSettings, sink: PrometheusSink,
-        wall_clock: Callable[[], float],
-    ) -> None:
-        self.number = number
-        self.settings = settings
-        last = reader.last
-        clock = dict(last.clock) if last else {}
-        store = PartitionStore.load(
-            reader.values.items(), settings.retention_s, max(clock.values(), default=0.0)
-        )
-        self.processor = Processor(
-            store,
-            partition=number,
-            limits=settings.limits,
-            sink=sink,
-            retention_s=settings.retention_s,
-            expected_partition=lambda key: partition_for(key, settings.partitions),
-            wall_clock=wall_clock,
-            live_ope=settings.live_ope,
-        )
-        self.log = PartitionLog(number, reader)
-        self.marks: dict[str, int] = dict(last.marks) if last else {}
-        self.clock: dict[str, float] = clock
-        self.now = max(self.clock.values(), default=0.0)
-        self.committed_marks = dict(self.marks)
-        self.decisions: list[str] = []
-        self.context_ts: list[float] = []  # of the fresh decisions (for the latency)
-        self.decided_at: list[float] = []  # of the same (the fetch that brought the context)
-        self.dead_letters: list[DeadLetter] = []
-        self.active = False
-        self.unsealed = False  # the last commit published decisions (see Worker.seal)
-        handlers = self.processor
-        self.handlers = {
-            "learners": lambda key, raw, src: handlers.on_config(key, raw, src, self.now),
-            "contexts": lambda key, raw, src: handlers.on_context(raw, src, self.now),
-            "feedback": lambda key, raw, src: handlers.on_feedback(raw, src, self.now),
-            "truth": lambda key, raw, src: handlers.on_truth(raw, src, self.now),
-        }
-
-    def handle(self, stream: str, record: ConsumerRecord, wall: float) -> None:
-        offset = record.offset
-        if offset < self.marks.get(stream, 0):
-            return  # applied by an earlier commit (a fetch that raced a seek)
-        stamp = record.timestamp / 1000.0 if record.timestamp and record.timestamp > 0 else wall
-        stamp = min(stamp, wall + self.settings.max_future_s)
-        if stamp > self.clock.get(stream, 0.0):
-            self.clock[stream] = stamp
-            if stamp > self.now:
-                self.now = stamp
-        source = Source(record.topic, record.partition, offset, stamp)
-        key = None if record.key is None else record.key.decode("utf-8", "replace")
-        try:
-            emitted = self.handlers[stream](key, record.value, source)
-        except Exception as exc:  # a bug must not stop the worker: dead-letter and go on
-            if INTERNAL_ERRORS.allow(wall):
-                log.exception(
-                    "internal error on %s[%s]@%s%s", record.topic, record.partition, offset,
-                    INTERNAL_ERRORS.suppressed_note(),
-                )
-            emitted = Emitted(dead_letters=[internal_error(exc, source, record.value, wall)])
-        self.marks[stream] = offset + 1
-        self.take(emitted)
-
-    def take(self, emitted: Emitted) -> None:
-        """Keep what an event produced for the next commit."""
-        for decision in emitted.decisions:
-            self.decisions.append(decision.to_json().decode())
-            if not decision.redelivered and decision.context_ts is not None:
-                self.context_ts.append(decision.context_ts)
-                self.decided_at.append(decision.decided_at)
-        self.dead_letters.extend(emitted.dead_letters)
-
-    def times(self, caught_up_at: dict[str, float | None]) -> StreamTimes:
-        """Each stream's time: its latest record, or, once nothing is unread, the wall time
-        at which the fetch that said so was asked (``idle_lag_s`` earlier: records a producer
-        stamped may still be on their way). Not the wall clock now: the broker's high
-        watermark may be seconds old (a fetch the broker holds for its whole wait, a stalled
-        event loop, a paused process), and records that came since must not be overtaken by
-        a timeout (streams/stream_time.py)."""
-
-        def time_of(stream: str) -> float:
-            seen = self.clock.get(stream, 0.0)
-            heard = caught_up_at[stream]
-            return seen if heard is None else max(seen, heard - self.settings.idle_lag_s)
-
-        return StreamTimes(time_of("learners"), time_of("contexts"), time_of("feedback"))
-
 
 def preload_families() -> None:
     """Import every learner family (on a thread, at start): the first config of a family
@@ -239,44 +97,12 @@ BROKER_PROBE_S = 1.0
 # The worker's exit status when the broker lost its state (see --on-state-loss); a
 # supervisor restarting it blindly would only meet the same loss again.
 EXIT_STATE_LOST = 3
-# A commit that landed after more records of a former owner than this is not written again
-# after them (see Worker._write_past_stale): the partition is read back instead.
-MAX_STALE_RECORDS = 64
 # How often the worker checks that its topics still exist as created.
 TOPIC_CHECK_S = 5.0
 
 
-# Internal errors are dead-lettered one by one (with the exception); the log gets a sample.
-INTERNAL_ERRORS = Throttle(every_s=10.0)
 COMMIT_FAILURES = Throttle(every_s=10.0)
 RECOVERY_FAILURES = Throttle(every_s=10.0)
-
-
-def internal_error(exc: Exception, source: Source, raw: bytes | None, wall: float) -> DeadLetter:
-    return DeadLetter(
-        reason="internal_error",
-        detail=DeadLetter.detail_text(f"{type(exc).__name__}: {exc}"),
-        source_topic=source.topic,
-        partition=source.partition,
-        offset=source.offset,
-        **DeadLetter.raw_fields(raw),
-        ts=wall,
-    )
-
-
-@dataclass
-class Cut:
-    """What one partition hands to a commit: state log records, then outputs."""
-
-    part: PartitionRuntime
-    state: list[tuple[bytes, bytes]]
-    decisions: list[str]
-    context_ts: list[float]
-    decided_at: list[float]
-    dead_letters: list[str]  # as in the state log record
-    dead_reasons: list[str]
-    marks: dict[str, int]
-    written: bool = False  # the state log acknowledged ``state`` where this owner expected
 
 
 class Worker:
@@ -288,7 +114,7 @@ class Worker:
         self.streams = self.topics.kinds()
         self.state_topic = state_topic(settings.app_id)
         self.sink = PrometheusSink(max_learners=settings.max_exported_learners)
-        self.partitions: dict[int, PartitionRuntime] = {}
+        self.partitions: dict[int, PartitionTask] = {}
         # Partitions assigned to / serving in this worker (frozensets, for the HTTP thread).
         self.owned: frozenset[int] = frozenset()
         self.active: frozenset[int] = frozenset()
@@ -297,7 +123,6 @@ class Worker:
         self.broker_error = ""  # why the last probe of a silent broker failed (for /ready)
         self.generation = 0
         self.stopping = asyncio.Event()
-        self._commit_lock = asyncio.Lock()
         self._commit_wanted = asyncio.Event()
         self._committed = asyncio.Event()
         self._recovering: asyncio.Task[None] | None = None
@@ -306,7 +131,6 @@ class Worker:
         self._owned_before: frozenset[int] = frozenset()  # for the rebalance line
         self.exit_status = 0
         self._waiting_events = 0
-        self._unfinished: list[Cut] = []  # a commit that failed halfway, to take up again
         self.fetch_wait = FetchWait(settings.fetch_wait_ms)
         self.consumer: AIOKafkaConsumer
         self.producer: AIOKafkaProducer
@@ -314,7 +138,7 @@ class Worker:
         self.fence_reader: AIOKafkaConsumer
         self.leader_escape: StaleLeaderEscape
         self.fetch_answers: FetchAnswers
-        self.group_offsets: GroupOffsets
+        self.committer: Committer
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -379,7 +203,15 @@ class Worker:
         await evict_predecessors(s.kafka, s.app_id, self.client_id)
         await self.consumer.start()
         self.fetch_answers = FetchAnswers().install(self.consumer)
-        self.group_offsets = GroupOffsets(self.consumer, {v: k for k, v in self.streams.items()})
+        self.committer = Committer(
+            self.producer,
+            lambda exc: isinstance(exc, KafkaError) and not exc.retriable,
+            self.topics,
+            self.state_topic,
+            GroupOffsets(self.consumer, {stream: topic for topic, stream in self.streams.items()}),
+            self._state_keys,
+            self._fenced,
+        )
         self.leader_escape = StaleLeaderEscape(
             self.consumer._coordinator,
             lambda: group_members(s.kafka, s.app_id, self.client_id),
@@ -401,7 +233,7 @@ class Worker:
                 self._recovering.cancel()
             with contextlib.suppress(KafkaError, OSError, StateLogError):
                 await self.commit()
-                await self.seal()
+                await self.committer.close_outboxes(self.partitions.values())
             await self.consumer.stop()  # leaves the group: the partitions move at once
             await self.reader.stop()
             await self.fence_reader.stop()
@@ -457,16 +289,6 @@ class Worker:
                                  fatal=True)
             return
 
-    def _writes_stopped(self) -> bool:
-        """Whether the broker lost the state and this worker is stopping for it: from then
-        on it writes nothing (not even the commit it could not finish): whatever it wrote
-        would land in a broker that no longer holds what it builds on, and confuse the
-        worker started there next."""
-        if self.exit_status != EXIT_STATE_LOST:
-            return False
-        self._unfinished = []
-        return True
-
     def _state_lost(self, lost: StateLogLost, fatal: bool = False) -> None:
         """The broker no longer holds (part of) the state log: stop with EXIT_STATE_LOST, or
         with --on-state-loss=fresh start the partition over with empty state."""
@@ -487,6 +309,7 @@ class Worker:
                 "with empty state.", lost, EXIT_STATE_LOST,
             )
         self.exit_status = EXIT_STATE_LOST
+        self.committer.stop_writes()
         self.stopping.set()
 
     async def _consume(self) -> None:
@@ -518,7 +341,7 @@ class Worker:
                 # Group commit: what produced an output is committed at once (or as soon as
                 # the commit in flight is acknowledged, with whatever came meanwhile);
                 # events that produced nothing wait for the interval.
-                if part.decisions or part.dead_letters:
+                if part.has_output:
                     self._commit_wanted.set()
             if self._waiting_events >= self.settings.max_batch_events:
                 self._commit_wanted.set()
@@ -569,7 +392,7 @@ class Worker:
                 continue
             except Exception:  # a bug: the memory may now differ from the log; re-read it
                 log.exception("commit failed: reading every partition back from the state log")
-                async with self._commit_lock:
+                async with self.committer.lock:
                     owned = set(self.partitions)
                     self._forget(owned)
                 self._take_over(owned)
@@ -581,7 +404,7 @@ class Worker:
                     await asyncio.wait_for(self._commit_wanted.wait(), timeout=left)
             self._commit_wanted.clear()
 
-    def _caught_up(self, part: PartitionRuntime) -> dict[str, float | None]:
+    def _caught_up(self, part: PartitionTask) -> dict[str, float | None]:
         """Per stream of ``part``: None while records wait unread, else the wall time at
         which the fetch was asked whose high watermark it has read to (streams/stream_time.py:
         not when the answer was processed, which a pause of this process can delay)."""
@@ -593,41 +416,32 @@ class Worker:
             for topic, stream in self.streams.items()
         }
 
-    def _cut(self, part: PartitionRuntime) -> Cut | None:
-        processor = part.processor
-        part.take(processor.on_tick(part.times(self._caught_up(part))))
-        changes = processor.store.changes()
-        self.sink.state_keys.labels(str(part.number)).set(processor.store.key_count())
-        if (
-            not changes
-            and not part.decisions
-            and not part.dead_letters
-            and part.marks == part.committed_marks
-            and not part.log.wants_commit(processor.store.key_count())
-        ):
-            return None
-        for key, _ in changes.puts:
-            if key.startswith("l/"):
-                self._export_gauges(part, key[2:])
-        decisions, part.decisions = part.decisions, []
-        context_ts, part.context_ts = part.context_ts, []
-        decided_at, part.decided_at = part.decided_at, []
-        dead, part.dead_letters = part.dead_letters, []
-        marks = dict(part.marks)
-        dead_json = [d.model_dump_json() for d in dead]
-        state = part.log.commit(
-            processor.store, changes, marks, dict(part.clock), decisions, dead_json
-        )
-        return Cut(part, state, decisions, context_ts, decided_at, dead_json,
-                   [d.reason for d in dead], marks)
+    def _cut_all(self) -> list[PendingCommit]:
+        """Every active partition's commit (those with something to write)."""
+        self.wall = time.time()
+        commits = [
+            commit
+            for task in list(self.partitions.values())
+            if task.active and (commit := self._cut(task)) is not None
+        ]
+        self._waiting_events = 0
+        self._committed.set()
+        return commits
 
-    def _unexport(self, part: PartitionRuntime) -> None:
+    def _cut(self, task: PartitionTask) -> PendingCommit | None:
+        commit = task.cut(self._caught_up(task))
+        self.sink.state_keys.labels(str(task.number)).set(task.processor.store.key_count())
+        for learner_id in commit.learners if commit is not None else ():
+            self._export_gauges(task, learner_id)
+        return commit
+
+    def _unexport(self, part: PartitionTask) -> None:
         """Drop the series of ``part`` and its learners: whoever recovers the partition
         exports them (a worker that lost it must not serve their last values on)."""
         self.sink.forget(*part.processor.store.learners)
         self.sink.forget_partition(part.number)
 
-    def _export_gauges(self, part: PartitionRuntime, learner_id: str) -> None:
+    def _export_gauges(self, part: PartitionTask, learner_id: str) -> None:
         entry = part.processor.store.learners.get(learner_id)
         gauges = part.processor.gauges(learner_id)
         if entry is not None and gauges is not None:
@@ -638,159 +452,24 @@ class Worker:
             self.sink.ope_estimates(learner_id, estimates or [])
 
     async def commit(self) -> None:
-        """Make everything applied so far durable, then publish what it produced.
-
-        A commit that fails halfway (the broker is gone) is taken up again by the next call,
-        with the same records, before anything new is cut: a cut's changes exist nowhere
-        else, and its decisions and dead letters must go out before a later commit hides
-        them (a recovery publishes the last commit's again).
-        """
-        async with self._commit_lock:
-            if self._writes_stopped():
-                return
-            started = time.monotonic()
-            if not self._unfinished:
-                self.wall = time.time()
-                self._unfinished = [
-                    cut
-                    for part in list(self.partitions.values())
-                    if part.active and (cut := self._cut(part)) is not None
-                ]
-                self._waiting_events = 0
-                self._committed.set()
-            cuts = self._unfinished
-            if not cuts:
-                return
-            unwritten = [cut for cut in cuts if not cut.written]
-            for cut, offsets in zip(unwritten, await self._send_state(unwritten), strict=True):
-                cut.written = cut.part.log.acked(offsets) or await self._write_past_stale(
-                    cut, offsets
-                )
-                if not cut.written:
-                    self._fenced(cut.part)
-            written = [cut for cut in cuts if cut.written]
-            await self._send_all(self._outputs(
-                (cut.part.number, cut.decisions, cut.dead_letters) for cut in written
-            ))
-            self._unfinished = []
-            self.broker_heard = time.monotonic()
-            published = time.time()
-            for cut in written:
-                self.sink.published([max(0.0, published - ts) for ts in cut.context_ts],
-                                    [max(0.0, published - at) for at in cut.decided_at])
-                for reason in cut.dead_reasons:  # (counted once out, not when produced)
-                    self.sink.dead_lettered(reason)
-                cut.part.committed_marks = cut.marks
-                cut.part.unsealed = bool(cut.decisions or cut.dead_letters)
-                self.sink.commits.labels(str(cut.part.number)).inc()
-                self.sink.state_log_bytes.inc(sum(len(v) for _, v in cut.state))
-            self.sink.commit_seconds.observe(time.monotonic() - started)
-            self.sink.flush()
-            self.group_offsets.commit({cut.part.number: cut.marks for cut in written})
-
-    async def seal(self) -> None:
-        """Before a partition leaves cleanly: if its last commit published decisions, write
-        one more, empty, so that the next owner does not publish them again (it does when a
-        worker died, not knowing whether they went out)."""
-        async with self._commit_lock:
-            if self._unfinished or self._writes_stopped():
-                return  # (the last commit did not complete: its decisions must go again)
-            cuts = []
-            for part in self.partitions.values():
-                # (only right after a commit: nothing applied since that it would omit)
-                if part.active and part.unsealed and part.marks == part.committed_marks:
-                    records = part.log.commit(
-                        part.processor.store, Changes(), dict(part.marks), dict(part.clock), []
-                    )
-                    cuts.append(Cut(part, records, decisions=[], context_ts=[], decided_at=[],
-                                    dead_letters=[], dead_reasons=[], marks=dict(part.marks)))
-            for cut, offsets in zip(cuts, await self._send_state(cuts), strict=True):
-                if cut.part.log.acked(offsets):
-                    cut.part.unsealed = False
-
-    def _outputs(
-        self, commits: Iterable[tuple[int, list[str], list[str]]]
-    ) -> Iterable[tuple[str, int, bytes | None, bytes]]:
-        """The records that publish committed (partition, decisions, dead letters)."""
-        for number, decisions, dead_letters in commits:
-            for value in decisions:
-                yield self.topics.decisions, number, None, value.encode()
-            for value in dead_letters:
-                yield self.topics.deadletter, number, None, value.encode()
-
-    async def _send_state(self, cuts: list[Cut]) -> list[list[int]]:
-        futures = [
-            [
-                await self.producer.send(self.state_topic, value, key, partition=cut.part.number)
-                for key, value in cut.state
-            ]
-            for cut in cuts
-        ]
-        return [[(await future).offset for future in batch] for batch in futures]
-
-    async def _send_all(self, records: Iterable[tuple[str, int, bytes | None, bytes]]) -> None:
-        """Produce ``records`` (topic, partition, key, value) and wait for every ack. A record
-        the broker can never take (too large for it) is replaced by a dead letter saying so:
-        retrying it would stop every later commit."""
-        sent = []
-        for topic, partition, key, value in records:
-            try:
-                future = await self.producer.send(topic, value, key, partition=partition)
-            except KafkaError as exc:
-                if exc.retriable:
-                    raise
-                future = await self._unpublishable(topic, partition, key, value, exc)
-            sent.append((topic, partition, key, value, future))
-        for topic, partition, key, value, future in sent:
-            try:
-                await future
-            except KafkaError as exc:
-                if exc.retriable:
-                    raise
-                await (await self._unpublishable(topic, partition, key, value, exc))
-
-    async def _unpublishable(
-        self, topic: str, partition: int, key: bytes | None, value: bytes, exc: KafkaError
-    ) -> asyncio.Future[Any]:
-        log.error("the broker refused a %d-byte record for %s[%d]: %s", len(value), topic,
-                  partition, exc)
-        stub = DeadLetter(
-            reason="unpublishable",
-            detail=DeadLetter.detail_text(
-                f"the broker refused this {len(value)}-byte record for {topic}: {exc}"
-            ),
-            source_topic=topic,
-            partition=partition,
-            raw=value[:1024].decode("utf-8", "replace"),
-            raw_size=len(value),
-            ts=time.time(),
-        )
-        return await self.producer.send(
-            self.topics.deadletter, stub.model_dump_json().encode(), key, partition=partition
-        )
-
-    async def _write_past_stale(self, cut: Cut, offsets: list[int]) -> bool:
-        """When ``cut``'s records landed after records of older epochs only (a former
-        owner, paused, resumed and not yet told it lost the partition, wrote a commit that
-        every reader passes over), write the commit again after them: a read of those few
-        records and one write, not a recovery of the partition. False when anything else
-        came between (the partition is read again)."""
-        writer = cut.part.log
-        ours = set(offsets)
-        end = max(offsets, default=-1) + 1
-        between = [offset for offset in range(writer.next_offset, end) if offset not in ours]
-        if not between or len(between) > MAX_STALE_RECORDS:
-            return False
-        keys = await self._state_keys(cut.part.number, between)
-        if keys is None or not writer.stale_only(keys):
-            return False
-        cut.state = writer.rewrite(end)
-        (landed,) = await self._send_state([cut])
-        if not writer.acked(landed):
-            return False
-        log.info("partition %d: %d record(s) of a former owner came before this commit; "
-                 "written again after them", cut.part.number, len(between))
-        return True
+        """Make everything applied so far durable, then publish what it produced (the
+        committer's order: state, outputs, offsets); a commit that failed halfway is taken
+        up again first (streams/committer.py)."""
+        started = time.monotonic()
+        written = await self.committer.commit(self._cut_all)
+        if not written:
+            return
+        self.broker_heard = time.monotonic()
+        published = time.time()
+        for commit in written:
+            self.sink.published([max(0.0, published - ts) for ts in commit.context_ts],
+                                [max(0.0, published - at) for at in commit.decided_at])
+            for reason in commit.dead_reasons:  # (counted once out, not when produced)
+                self.sink.dead_lettered(reason)
+            self.sink.commits.labels(str(commit.task.number)).inc()
+            self.sink.state_log_bytes.inc(sum(len(v) for _, v in commit.state))
+        self.sink.commit_seconds.observe(time.monotonic() - started)
+        self.sink.flush()
 
     async def _state_keys(self, number: int, offsets: list[int]) -> list[bytes] | None:
         """The keys of the state log records of partition ``number`` at ``offsets`` (None
@@ -812,7 +491,7 @@ class Worker:
             reader.unsubscribe()
         return None if wanted else keys
 
-    def _fenced(self, part: PartitionRuntime) -> None:
+    def _fenced(self, part: PartitionTask) -> None:
         log.warning(
             "partition %d: another worker wrote to its state log; reading it again", part.number
         )
@@ -829,7 +508,7 @@ class Worker:
                 part.active = False
                 self._unexport(part)
         self.active = self.active - numbers
-        self._unfinished = [cut for cut in self._unfinished if cut.part.number not in numbers]
+        self.committer.drop(numbers)
 
     # ------------------------------------------------------------------ ownership
     def _input_tps(self, number: int) -> list[TopicPartition]:
@@ -863,12 +542,12 @@ class Worker:
             kept = (
                 part is not None
                 and part.marks == part.committed_marks
-                and not any(cut.part is part for cut in self._unfinished)
+                and not any(commit.task is part for commit in self.committer.unfinished)
             )
             if kept and await self._claim(part, generation):  # type: ignore[arg-type]
                 todo.discard(number)
             else:
-                async with self._commit_lock:
+                async with self.committer.lock:
                     self._forget({number})
         failures = 0
         while todo and generation == self.generation and not self.stopping.is_set():
@@ -915,17 +594,12 @@ class Worker:
     ) -> bool:
         # Parsing the state is CPU work: on a thread, so that heartbeats go on.
         part = await asyncio.to_thread(
-            PartitionRuntime, number, reader, self.settings, self.sink, self.wall_now
+            PartitionTask, number, reader, self.settings, self.sink, self.wall_now
         )
-        if not self._current(generation, number):
+        if not await restore(reader, part, self.committer,
+                             lambda: self._current(generation, number)):
             return False
-        if reader.last is not None and not reader.last.claim:
-            # The last commit's decisions and dead letters may not have gone out before the
-            # crash.
-            await self._send_all(
-                self._outputs([(number, reader.last.outbox, reader.last.dead_letters)])
-            )
-        if not await self._claim(part, generation):
+        if not await self._activate(part, generation):
             return False
         self.sink.recovery_seconds.labels(str(number)).set(time.monotonic() - started)
         self.sink.recovery_bytes.labels(str(number)).set(reader.bytes_read)
@@ -936,26 +610,19 @@ class Worker:
         )
         return True
 
-    async def _claim(self, part: PartitionRuntime, generation: int) -> bool:
+    async def _claim(self, part: PartitionTask, generation: int) -> bool:
         """Write ``part``'s claim and activate it, if the assignment has not changed and the
         claim lands where ``part``'s log expects it (nobody else wrote since)."""
-        if not self._current(generation, part.number) or self._writes_stopped():
-            return False  # (it would be ignored anyway, landing where it did not expect)
-        records = part.log.claim(dict(part.marks), dict(part.clock))
+        if not self._current(generation, part.number):
+            return False
         try:
-            futures = [
-                await self.producer.send(self.state_topic, value, key, partition=part.number)
-                for key, value in records
-            ]
-            offsets = [(await future).offset for future in futures]
+            claimed = await self.committer.claim(part)
         except (KafkaError, OSError) as exc:
             log.warning("partition %d: claim failed: %s", part.number, exc)
             return False
-        if not part.log.acked(offsets):
-            return False
-        return await self._activate(part, generation)
+        return claimed and await self._activate(part, generation)
 
-    async def _activate(self, part: PartitionRuntime, generation: int) -> bool:
+    async def _activate(self, part: PartitionTask, generation: int) -> bool:
         consumer = self.consumer
         tps = self._input_tps(part.number)
         unread = [tp for tp in tps if self.streams[tp.topic] not in part.marks]
@@ -984,15 +651,15 @@ class Worker:
         self.generation += 1
         try:
             await self.commit()
-            await self.seal()
+            await self.committer.close_outboxes(self.partitions.values())
         except StateLogLost as lost:
             self._state_lost(lost)
-            async with self._commit_lock:
+            async with self.committer.lock:
                 self._forget(set(self.partitions))
         except Exception as exc:  # what is not in the log must not be kept: read it again
             log.warning("commit before a rebalance failed (%s): the partitions will be read "
                         "back from the state log", exc)
-            async with self._commit_lock:
+            async with self.committer.lock:
                 self._forget(set(self.partitions))
         for number in revoked:
             part = self.partitions.get(number)

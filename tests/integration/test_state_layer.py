@@ -23,7 +23,8 @@ from banditflow.streams.demo import start_worker as start_worker_process
 from banditflow.streams.demo import stop as stop_process
 from banditflow.streams.demo import wait_until_ready
 from banditflow.streams.scrape import fetch, samples, value
-from banditflow.streams.statelog import LogReader, PartitionLog, read_partitions
+from banditflow.streams.statelog import LogReader, PartitionLog
+from banditflow.streams.statelog_kafka import read_partitions
 from banditflow.streams.topics import Topics, ensure_topics, state_topic
 
 pytestmark = pytest.mark.integration
