@@ -97,6 +97,7 @@ class PartitionTask:
     ) -> None:
         self.number = number
         self.settings = settings
+        self.sink = sink
         last = reader.last
         clock = dict(last.clock) if last else {}
         store = PartitionStore.load(
@@ -228,6 +229,23 @@ class PartitionTask:
         return PendingCommit(self, records, decisions=[], context_ts=[], decided_at=[],
                              dead_letters=[], dead_reasons=[], marks=dict(self.marks),
                              learners=[])
+
+    def export_gauges(self, learner_id: str) -> None:
+        """Export ``learner_id``'s series (its gauges and live OPE estimates)."""
+        entry = self.processor.store.learners.get(learner_id)
+        gauges = self.processor.gauges(learner_id)
+        if entry is not None and gauges is not None:
+            config = entry.config
+            self.sink.learner_state(learner_id, config.family, config.algorithm, gauges)
+            # (none: every candidate removed, and their series with them)
+            estimates = self.processor.ope_estimates(learner_id)
+            self.sink.ope_estimates(learner_id, estimates or [])
+
+    def unexport(self) -> None:
+        """Drop the series of this partition and its learners: whoever recovers the partition
+        exports them (a worker that lost it must not serve their last values on)."""
+        self.sink.forget(*self.processor.store.learners)
+        self.sink.forget_partition(self.number)
 
     def committed(self, commit: PendingCommit) -> None:
         """``commit`` is in the state log and its outputs are published."""

@@ -1,24 +1,29 @@
-"""The banditflow worker: owns partitions, applies their events in micro-batches, commits.
+"""The banditflow worker: lifecycle wiring of the units that own partitions, apply their
+events in micro-batches and commit.
 
-One asyncio process, on aiokafka:
+One asyncio process, on aiokafka; the worker creates the clients, starts and stops them, and
+runs three loops:
 
-- a consumer in the group ``app_id`` with range assignment, so partition p of every input
-  topic (learners, contexts, feedback, truth) goes to the same worker;
-- per owned partition a :class:`PartitionTask` (streams/partition_task.py): the processor
-  and its in-memory store, the state log writer, the stream clocks and the input marks (the
-  next offset per stream);
-- a commit loop (a group commit; streams/committer.py writes it): as soon as applied events
-  produced a decision or a dead letter and no commit is in flight (else every
-  ``commit_interval_s``, or once ``max_batch_events`` wait) it runs the timers, writes each
-  partition's changes and input marks to the state log as one record, and once the broker
-  has acknowledged it, publishes the decisions and dead letters (a fenced former owner's
-  never go out). Events keep flowing in while a commit is in flight and go into the next
-  one, so commits grow with the load; a commit never waits for the input to run out;
-- on assignment, a partition is read back from its state log (from its latest snapshot),
-  the last commit's decisions and dead letters are published again, a claim fences former
-  owners, and the inputs resume at the recovered marks; on revocation, a final commit;
-- an HTTP server on a thread: ``/metrics`` (Prometheus), ``/ready``, ``/healthz``
-  (streams/web.py); the group's workarounds are in streams/group.py.
+- **consume**: a consumer in the group ``app_id`` with range assignment, so partition p of
+  every input topic (learners, contexts, feedback, truth) goes to the same worker; each
+  fetch's records are handed to their partition's :class:`PartitionTask`
+  (streams/partition_task.py: the processor and its in-memory store, the state log writer,
+  the stream clocks and the input marks), merged by timestamp (streams/record_order.py);
+- **commit** (a group commit): as soon as applied events produced a decision or a dead
+  letter and no commit is in flight (else every ``commit_interval_s``, or once
+  ``max_batch_events`` wait), each task cuts its commit and the :class:`Committer`
+  (streams/committer.py) writes it: the state log record (changes, input marks, outbox and
+  dead letters), then, once the broker has acknowledged it, the decisions and dead letters
+  (a fenced former owner's never go out), then the group offsets. Events keep flowing in
+  while a commit is in flight and go into the next one, so commits grow with the load; a
+  commit never waits for the input to run out;
+- **broker watch**: /ready says when the broker is silent, and a topic lost or recreated
+  means the broker lost the state.
+
+Partitions are taken over and let go by :class:`Ownership` (streams/recovery.py: recovery
+from the state log, claims that fence former owners, the state-loss policy), on the calls
+of the group (streams/group.py, with the broker workarounds); ``/metrics``, ``/ready`` and
+``/healthz`` are served on a thread (streams/web.py).
 
 Why not Faust's tables: they rewrite state on every event, recover by reading the whole
 changelog (the embedded broker never compacts), and keep offsets apart from state, so a
@@ -60,10 +65,9 @@ from banditflow.streams.logfilters import Throttle
 from banditflow.streams.metrics import PrometheusSink
 from banditflow.streams.partition_task import PartitionTask, PendingCommit
 from banditflow.streams.record_order import in_record_time_order
-from banditflow.streams.recovery import restore
+from banditflow.streams.recovery import Ownership
 from banditflow.streams.settings import WorkerSettings
-from banditflow.streams.statelog import LogReader, StateLogError, StateLogLost
-from banditflow.streams.statelog_kafka import read_partitions
+from banditflow.streams.statelog import StateLogError, StateLogLost
 from banditflow.streams.stream_time import FetchAnswers
 from banditflow.streams.topics import TopicError, Topics, ensure_topics, state_topic
 from banditflow.streams.web import serve_http
@@ -76,6 +80,7 @@ log = logging.getLogger("banditflow.worker")
 # The lines an operator waits for: ready (once) and each rebalance. `banditflow worker` shows
 # them at its default --loglevel (warning), which keeps the rest of the worker quiet.
 lifecycle = logging.getLogger("banditflow.worker.lifecycle")
+
 
 def preload_families() -> None:
     """Import every learner family (on a thread, at start): the first config of a family
@@ -90,19 +95,15 @@ def preload_families() -> None:
     gc.freeze()
 
 
+# /ready fails once nothing was heard from the broker for this long; when the worker is idle,
 # it asks for the broker's metadata every BROKER_PROBE_S.
 BROKER_SILENCE_S = 5.0
 BROKER_PROBE_S = 1.0
 
-# The worker's exit status when the broker lost its state (see --on-state-loss); a
-# supervisor restarting it blindly would only meet the same loss again.
-EXIT_STATE_LOST = 3
 # How often the worker checks that its topics still exist as created.
 TOPIC_CHECK_S = 5.0
 
-
 COMMIT_FAILURES = Throttle(every_s=10.0)
-RECOVERY_FAILURES = Throttle(every_s=10.0)
 
 
 class Worker:
@@ -114,22 +115,14 @@ class Worker:
         self.streams = self.topics.kinds()
         self.state_topic = state_topic(settings.app_id)
         self.sink = PrometheusSink(max_learners=settings.max_exported_learners)
-        self.partitions: dict[int, PartitionTask] = {}
-        # Partitions assigned to / serving in this worker (frozensets, for the HTTP thread).
-        self.owned: frozenset[int] = frozenset()
-        self.active: frozenset[int] = frozenset()
         self.wall = time.time()
         self.broker_heard = time.monotonic()  # the last answer from the broker
         self.broker_error = ""  # why the last probe of a silent broker failed (for /ready)
-        self.generation = 0
         self.stopping = asyncio.Event()
         self._commit_wanted = asyncio.Event()
         self._committed = asyncio.Event()
-        self._recovering: asyncio.Task[None] | None = None
-        self.recovery_error = ""  # why the last recovery attempt failed (for /ready)
         self._announced = False  # the ready line was logged (rebalances are logged after it)
         self._owned_before: frozenset[int] = frozenset()  # for the rebalance line
-        self.exit_status = 0
         self._waiting_events = 0
         self.fetch_wait = FetchWait(settings.fetch_wait_ms)
         self.consumer: AIOKafkaConsumer
@@ -139,6 +132,7 @@ class Worker:
         self.leader_escape: StaleLeaderEscape
         self.fetch_answers: FetchAnswers
         self.committer: Committer
+        self.ownership: Ownership
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -193,6 +187,21 @@ class Worker:
             fetch_max_wait_ms=20,
             client_id=f"{s.app_id}-fence-reader",
         )
+        # (before the HTTP server: /ready reads the ownership)
+        self.committer = Committer(
+            self.producer,
+            lambda exc: isinstance(exc, KafkaError) and not exc.retriable,
+            self.topics,
+            self.state_topic,
+            GroupOffsets(self.consumer, {stream: topic for topic, stream in self.streams.items()}),
+            lambda number, offsets: self.ownership.state_keys(number, offsets),
+            lambda task: self.ownership.fenced(task),
+        )
+        self.ownership = Ownership(
+            s, self.committer, self.consumer, self.reader, self.fence_reader, self.streams,
+            self.state_topic, self.sink, self.wall_now, self.commit, self._announce_ready,
+            self.stopping,
+        )
         server = serve_http(s.web_host, s.web_port, s.web_config,
                             lambda: self.sink.exposition(flush=False), self.ready)
         # While the group forms (a second or more, mostly waiting), not while serving.
@@ -203,22 +212,14 @@ class Worker:
         await evict_predecessors(s.kafka, s.app_id, self.client_id)
         await self.consumer.start()
         self.fetch_answers = FetchAnswers().install(self.consumer)
-        self.committer = Committer(
-            self.producer,
-            lambda exc: isinstance(exc, KafkaError) and not exc.retriable,
-            self.topics,
-            self.state_topic,
-            GroupOffsets(self.consumer, {stream: topic for topic, stream in self.streams.items()}),
-            self._state_keys,
-            self._fenced,
-        )
         self.leader_escape = StaleLeaderEscape(
             self.consumer._coordinator,
             lambda: group_members(s.kafka, s.app_id, self.client_id),
             stale_after_s=2 * s.session_timeout_s,
         ).install()
         self.consumer.subscribe(
-            self.topics.inputs(), listener=RebalanceListener(self.on_revoked, self.on_assigned)
+            self.topics.inputs(),
+            listener=RebalanceListener(self.ownership.on_revoked, self._on_assigned),
         )
         committer = asyncio.create_task(self._commit_loop())
         watcher = asyncio.create_task(self._watch_broker())
@@ -229,11 +230,10 @@ class Worker:
             watcher.cancel()
             self._commit_wanted.set()
             await committer  # a commit in flight completes: never cut one in half
-            if self._recovering is not None:
-                self._recovering.cancel()
+            self.ownership.stop_recovering()
             with contextlib.suppress(KafkaError, OSError, StateLogError):
                 await self.commit()
-                await self.committer.close_outboxes(self.partitions.values())
+                await self.committer.close_outboxes(self.ownership.tasks.values())
             await self.consumer.stop()  # leaves the group: the partitions move at once
             await self.reader.stop()
             await self.fence_reader.stop()
@@ -276,7 +276,7 @@ class Worker:
                 "deleted", -1,
             )
             if self.settings.on_state_loss != "fresh":
-                self._state_lost(lost)
+                self.ownership.state_lost(lost)
                 return
             log.warning("%s; creating the missing topics (--on-state-loss=fresh)", lost)
             try:
@@ -285,32 +285,10 @@ class Worker:
                     self.settings.app_id,
                 )
             except (TopicError, KafkaError, OSError) as exc:
-                self._state_lost(StateLogLost(f"{lost}; and it cannot start fresh: {exc}", -1),
-                                 fatal=True)
+                self.ownership.state_lost(
+                    StateLogLost(f"{lost}; and it cannot start fresh: {exc}", -1), fatal=True
+                )
             return
-
-    def _state_lost(self, lost: StateLogLost, fatal: bool = False) -> None:
-        """The broker no longer holds (part of) the state log: stop with EXIT_STATE_LOST, or
-        with --on-state-loss=fresh start the partition over with empty state."""
-        if self.settings.on_state_loss == "fresh" and not fatal:
-            log.warning(
-                "%s. Partition %d starts afresh (--on-state-loss=fresh): its learners, "
-                "decisions and holds are gone; send the learners' configs again",
-                lost, lost.partition,
-            )
-            self._forget({lost.partition})
-            self._take_over({lost.partition})
-            return
-        if self.exit_status != EXIT_STATE_LOST:
-            log.critical(
-                "%s. The state this worker kept there is gone; it stops with exit status %d "
-                "(it would meet the same loss on every restart). Restore the broker's data, or "
-                "run the worker with --on-state-loss=fresh to start the lost partitions over "
-                "with empty state.", lost, EXIT_STATE_LOST,
-            )
-        self.exit_status = EXIT_STATE_LOST
-        self.committer.stop_writes()
-        self.stopping.set()
 
     async def _consume(self) -> None:
         consumer = self.consumer
@@ -332,7 +310,7 @@ class Worker:
             self.broker_heard = time.monotonic()
             self.wall = wall = time.time()
             for number, batches in self._by_partition(fetched).items():
-                part = self.partitions.get(number)
+                part = self.ownership.tasks.get(number)
                 if part is None or not part.active:
                     continue
                 for stream, record in in_record_time_order(batches):
@@ -361,7 +339,7 @@ class Worker:
     def _adapt_fetch_wait(self, records: bool) -> None:
         behind = not records and any(
             None in self._caught_up(part).values()
-            for part in self.partitions.values() if part.active
+            for part in self.ownership.tasks.values() if part.active
         )
         wait_ms = self.fetch_wait.fetched(time.monotonic(), records, behind)
         if wait_ms is not None:
@@ -382,7 +360,7 @@ class Worker:
             try:
                 await self.commit()
             except StateLogLost as lost:
-                self._state_lost(lost)
+                self.ownership.state_lost(lost)
                 continue
             except (KafkaError, OSError) as exc:
                 if COMMIT_FAILURES.allow(time.monotonic()):
@@ -393,9 +371,9 @@ class Worker:
             except Exception:  # a bug: the memory may now differ from the log; re-read it
                 log.exception("commit failed: reading every partition back from the state log")
                 async with self.committer.lock:
-                    owned = set(self.partitions)
-                    self._forget(owned)
-                self._take_over(owned)
+                    owned = set(self.ownership.tasks)
+                    self.ownership.forget(owned)
+                self.ownership.take_over(owned)
                 await asyncio.sleep(1.0)
                 continue
             left = interval - (time.monotonic() - started)
@@ -421,7 +399,7 @@ class Worker:
         self.wall = time.time()
         commits = [
             commit
-            for task in list(self.partitions.values())
+            for task in list(self.ownership.tasks.values())
             if task.active and (commit := self._cut(task)) is not None
         ]
         self._waiting_events = 0
@@ -432,24 +410,8 @@ class Worker:
         commit = task.cut(self._caught_up(task))
         self.sink.state_keys.labels(str(task.number)).set(task.processor.store.key_count())
         for learner_id in commit.learners if commit is not None else ():
-            self._export_gauges(task, learner_id)
+            task.export_gauges(learner_id)
         return commit
-
-    def _unexport(self, part: PartitionTask) -> None:
-        """Drop the series of ``part`` and its learners: whoever recovers the partition
-        exports them (a worker that lost it must not serve their last values on)."""
-        self.sink.forget(*part.processor.store.learners)
-        self.sink.forget_partition(part.number)
-
-    def _export_gauges(self, part: PartitionTask, learner_id: str) -> None:
-        entry = part.processor.store.learners.get(learner_id)
-        gauges = part.processor.gauges(learner_id)
-        if entry is not None and gauges is not None:
-            config = entry.config
-            self.sink.learner_state(learner_id, config.family, config.algorithm, gauges)
-            # (none: every candidate removed, and their series with them)
-            estimates = part.processor.ope_estimates(learner_id)
-            self.sink.ope_estimates(learner_id, estimates or [])
 
     async def commit(self) -> None:
         """Make everything applied so far durable, then publish what it produced (the
@@ -471,221 +433,41 @@ class Worker:
         self.sink.commit_seconds.observe(time.monotonic() - started)
         self.sink.flush()
 
-    async def _state_keys(self, number: int, offsets: list[int]) -> list[bytes] | None:
-        """The keys of the state log records of partition ``number`` at ``offsets`` (None
-        if they cannot all be read within a few seconds)."""
-        tp = TopicPartition(self.state_topic, number)
-        reader, wanted, keys = self.fence_reader, set(offsets), []
-        reader.assign([tp])
-        reader.seek(tp, min(offsets))
-        deadline = time.monotonic() + 5.0
-        try:
-            while wanted and time.monotonic() < deadline:
-                for record in (await reader.getmany(tp, timeout_ms=200)).get(tp, []):
-                    if record.offset in wanted:
-                        wanted.discard(record.offset)
-                        keys.append(record.key)
-        except KafkaError:
-            return None
-        finally:
-            reader.unsubscribe()
-        return None if wanted else keys
-
-    def _fenced(self, part: PartitionTask) -> None:
-        log.warning(
-            "partition %d: another worker wrote to its state log; reading it again", part.number
-        )
-        self._forget({part.number})
-        self._take_over({part.number})
-
-    def _forget(self, numbers: set[int]) -> None:
-        """Drop the in-memory state of ``numbers`` and any commit of theirs not finished:
-        the state log is the truth, and they are read back from it when taken over. (Call
-        with the commit lock held, or from a callback where no commit runs.)"""
-        for number in numbers:
-            part = self.partitions.pop(number, None)
-            if part is not None:
-                part.active = False
-                self._unexport(part)
-        self.active = self.active - numbers
-        self.committer.drop(numbers)
-
-    # ------------------------------------------------------------------ ownership
-    def _input_tps(self, number: int) -> list[TopicPartition]:
-        return [TopicPartition(topic, number) for topic in self.topics.inputs()]
-
-    def _take_over(self, numbers: set[int]) -> None:
-        """Pause the inputs of ``numbers`` (those still assigned), then recover and resume
-        them in the background (a rebalance callback must return quickly: heartbeats wait)."""
-        numbers = numbers & self.owned
-        if not numbers:
-            return
-        self.consumer.pause(*(tp for n in numbers for tp in self._input_tps(n)))
-        previous = self._recovering
-        self._recovering = asyncio.create_task(self._recover(numbers, self.generation, previous))
-
-    def _current(self, generation: int, number: int) -> bool:
-        """Whether a recovery started in ``generation`` may still act on ``number``."""
-        return generation == self.generation and number in self.owned
-
-    async def _recover(
-        self, numbers: set[int], generation: int, previous: asyncio.Task[None] | None
-    ) -> None:
-        """Take ``numbers`` over: from memory when nothing happened to them since (a claim
-        shows it), else from the state log; any failure is logged and retried."""
-        if previous is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await previous
-        todo = set(numbers)
-        for number in sorted(todo):
-            part = self.partitions.get(number)
-            kept = (
-                part is not None
-                and part.marks == part.committed_marks
-                and not any(commit.task is part for commit in self.committer.unfinished)
-            )
-            if kept and await self._claim(part, generation):  # type: ignore[arg-type]
-                todo.discard(number)
-            else:
-                async with self.committer.lock:
-                    self._forget({number})
-        failures = 0
-        while todo and generation == self.generation and not self.stopping.is_set():
-            started = time.monotonic()
-            try:
-                readers = await read_partitions(
-                    self.reader, self.state_topic, sorted(todo),
-                    fresh_if_lost=self.settings.on_state_loss == "fresh",
-                )
-                for number, reader in readers.items():
-                    if self._current(generation, number) and await self._recover_one(
-                        number, reader, generation, started
-                    ):
-                        todo.discard(number)
-                todo &= self.owned
-                failures = 0
-            except StateLogLost as lost:
-                if self.settings.on_state_loss != "fresh":
-                    self._state_lost(lost)
-                    return
-                log.warning("%s: reading partition %d again, to start it afresh",
-                            lost, lost.partition)
-            except Exception as exc:  # a broker hiccup, a damaged log: say so, retry
-                failures += 1
-                self.recovery_error = f"{type(exc).__name__}: {exc}"
-                if RECOVERY_FAILURES.allow(time.monotonic()):
-                    log.error("recovering partitions %s failed, retrying: %s%s", sorted(todo),
-                              self.recovery_error, RECOVERY_FAILURES.suppressed_note(),
-                              exc_info=not isinstance(exc, KafkaError | StateLogError))
-                await asyncio.sleep(min(5.0, 0.25 * 2**failures))
-        self.recovery_error = ""
-        if not self._announced and self.owned and self.owned == self.active:
-            self._announced = True
-            settings = self.settings
-            lifecycle.info(
-                "banditflow %s worker ready: bootstrap %s, group %s, topics %s.*, partitions %s, "
-                "metrics %s://%s:%d/metrics", __version__, settings.kafka.describe(),
-                settings.app_id, settings.prefix, sorted(self.owned),
-                "https" if settings.web_config and settings.web_config.cert_file else "http",
-                settings.web_host, settings.web_port)
-
-    async def _recover_one(
-        self, number: int, reader: LogReader, generation: int, started: float
-    ) -> bool:
-        # Parsing the state is CPU work: on a thread, so that heartbeats go on.
-        part = await asyncio.to_thread(
-            PartitionTask, number, reader, self.settings, self.sink, self.wall_now
-        )
-        if not await restore(reader, part, self.committer,
-                             lambda: self._current(generation, number)):
-            return False
-        if not await self._activate(part, generation):
-            return False
-        self.sink.recovery_seconds.labels(str(number)).set(time.monotonic() - started)
-        self.sink.recovery_bytes.labels(str(number)).set(reader.bytes_read)
-        log.info(
-            "partition %d recovered in %.2fs: %d commits, %d keys, %d bytes read",
-            number, time.monotonic() - started, reader.commits, len(reader.values),
-            reader.bytes_read,
-        )
-        return True
-
-    async def _claim(self, part: PartitionTask, generation: int) -> bool:
-        """Write ``part``'s claim and activate it, if the assignment has not changed and the
-        claim lands where ``part``'s log expects it (nobody else wrote since)."""
-        if not self._current(generation, part.number):
-            return False
-        try:
-            claimed = await self.committer.claim(part)
-        except (KafkaError, OSError) as exc:
-            log.warning("partition %d: claim failed: %s", part.number, exc)
-            return False
-        return claimed and await self._activate(part, generation)
-
-    async def _activate(self, part: PartitionTask, generation: int) -> bool:
-        consumer = self.consumer
-        tps = self._input_tps(part.number)
-        unread = [tp for tp in tps if self.streams[tp.topic] not in part.marks]
-        # Asked on the state reader's connection: on the consumer's own, the request would
-        # queue behind its fetch long-poll.
-        beginnings = await self.reader.beginning_offsets(unread) if unread else {}
-        if not self._current(generation, part.number):
-            return False  # reassigned meanwhile: whoever owns it now claims it again
-        for tp in tps:
-            offset = part.marks.get(self.streams[tp.topic])
-            consumer.seek(tp, beginnings[tp] if offset is None else offset)
-        self.partitions[part.number] = part
-        part.active = True
-        self.active = self.active | {part.number}
-        consumer.resume(*tps)
-        # Its learners' series, from the state it recovered (not only once each learns again).
-        for learner_id in part.processor.store.learners:
-            self._export_gauges(part, learner_id)
-        return True
-
     def wall_now(self) -> float:
         """The wall clock as of the current batch (one lookup per batch, not per event)."""
         return self.wall
 
-    async def on_revoked(self, revoked: set[int]) -> None:
-        self.generation += 1
-        try:
-            await self.commit()
-            await self.committer.close_outboxes(self.partitions.values())
-        except StateLogLost as lost:
-            self._state_lost(lost)
-            async with self.committer.lock:
-                self._forget(set(self.partitions))
-        except Exception as exc:  # what is not in the log must not be kept: read it again
-            log.warning("commit before a rebalance failed (%s): the partitions will be read "
-                        "back from the state log", exc)
-            async with self.committer.lock:
-                self._forget(set(self.partitions))
-        for number in revoked:
-            part = self.partitions.get(number)
-            if part is not None:
-                part.active = False
-        self.owned = self.active = frozenset()
-
-    async def on_assigned(self, numbers: set[int]) -> None:
-        self.generation += 1
+    async def _on_assigned(self, numbers: set[int]) -> None:
         if self._announced:
             before = self._owned_before
             lifecycle.info("rebalance: partitions %s (took %s, gave up %s)", sorted(numbers),
                            sorted(numbers - before), sorted(before - numbers))
         self._owned_before = frozenset(numbers)
-        self.owned = frozenset(numbers)
-        for number in list(self.partitions):
-            if number not in numbers:
-                self._unexport(self.partitions.pop(number))
-        if numbers:
-            self._take_over(numbers)
+        await self.ownership.on_assigned(numbers)
+
+    def _announce_ready(self) -> None:
+        """Every owned partition serves: say so, once (rebalances are logged after it)."""
+        if self._announced:
+            return
+        self._announced = True
+        s = self.settings
+        lifecycle.info(
+            "banditflow %s worker ready: bootstrap %s, group %s, topics %s.*, partitions %s, "
+            "metrics %s://%s:%d/metrics", __version__, s.kafka.describe(), s.app_id, s.prefix,
+            sorted(self.ownership.owned),
+            "https" if s.web_config and s.web_config.cert_file else "http", s.web_host,
+            s.web_port)
+
+    @property
+    def exit_status(self) -> int:
+        """0, or EXIT_STATE_LOST when the broker lost the state (see --on-state-loss)."""
+        return self.ownership.exit_status
 
     def ready(self) -> tuple[bool, str]:
         """Whether this worker owns partitions, has recovered all of them and hears from the
         broker (read from the HTTP thread: only immutable snapshots and floats, replaced on
         the loop thread)."""
-        owned, active = self.owned, self.active
+        owned, active = self.ownership.owned, self.ownership.active
         silent = time.monotonic() - self.broker_heard
         if silent > BROKER_SILENCE_S:
             cause = f": {self.broker_error}" if self.broker_error else ""
@@ -693,9 +475,11 @@ class Worker:
         if not owned:
             return False, "joining the consumer group"
         if owned - active:
-            error = f" ({self.recovery_error})" if self.recovery_error else ""
+            error = self.ownership.recovery_error
+            error = f" ({error})" if error else ""
             return False, f"recovering partitions {sorted(owned - active)}{error}"
         return True, f"ready: partitions {sorted(owned)}"
+
 
 def run_worker(settings: WorkerSettings) -> int:
     """Run a worker until SIGTERM/SIGINT; its exit status (EXIT_STATE_LOST or 0)."""
