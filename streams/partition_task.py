@@ -22,7 +22,8 @@ from banditflow.schemas import DeadLetter
 from banditflow.streams.logfilters import Throttle
 from banditflow.streams.metrics import PrometheusSink
 from banditflow.streams.settings import WorkerSettings
-from banditflow.streams.statelog import LogReader, PartitionLog
+from banditflow.streams.statelog_reader import LogReader
+from banditflow.streams.statelog_writer import PartitionLog
 from banditflow.streams.topics import partition_for
 
 log = logging.getLogger("banditflow.worker")

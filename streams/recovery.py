@@ -32,8 +32,9 @@ from banditflow.streams.logfilters import Throttle
 from banditflow.streams.metrics import PrometheusSink
 from banditflow.streams.partition_task import PartitionTask
 from banditflow.streams.settings import WorkerSettings
-from banditflow.streams.statelog import LogReader, StateLogError, StateLogLost
+from banditflow.streams.statelog import StateLogError, StateLogLost
 from banditflow.streams.statelog_kafka import read_partitions
+from banditflow.streams.statelog_reader import LogReader
 
 log = logging.getLogger("banditflow.worker")
 

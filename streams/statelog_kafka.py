@@ -18,13 +18,8 @@ from aiokafka.errors import OffsetOutOfRangeError
 
 from banditflow.streams.connection import KafkaConnection, as_connection
 from banditflow.streams.fetch_wait import FetchWait, set_fetch_wait
-from banditflow.streams.statelog import (
-    Commit,
-    LogReader,
-    StateLogError,
-    StateLogLost,
-    snapshot_named_last,
-)
+from banditflow.streams.statelog import Commit, StateLogError, StateLogLost
+from banditflow.streams.statelog_reader import LogReader, snapshot_named_last
 
 log = logging.getLogger("banditflow.statelog")
 

@@ -29,7 +29,7 @@ from banditflow.streams.metrics import PrometheusSink
 from banditflow.streams.partition_task import PartitionTask, PendingCommit
 from banditflow.streams.recovery import restore
 from banditflow.streams.settings import WorkerSettings
-from banditflow.streams.statelog import LogReader
+from banditflow.streams.statelog_reader import LogReader
 from banditflow.streams.topics import Topics
 
 TOPICS = Topics("sim")
