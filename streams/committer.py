@@ -61,8 +61,9 @@ class Producer(Protocol):
     ) -> Awaitable[Ack]: ...
 
 
-class GroupOffsets(Protocol):
-    """Where the group is told how far each partition got (streams/group.py)."""
+class GroupProgress(Protocol):
+    """Where the group is told how far each partition got (streams/group.py's
+    GroupOffsets)."""
 
     def commit(self, marks: dict[int, dict[str, int]]) -> None: ...
 
@@ -86,7 +87,7 @@ class Committer:
         refused: Callable[[Exception], bool],
         topics: Topics,
         state_topic: str,
-        offsets: GroupOffsets,
+        offsets: GroupProgress,
         state_keys: StateKeys,
         fenced: Callable[[PartitionTask], None],
     ) -> None:

@@ -310,16 +310,16 @@ class Worker:
             self.broker_heard = time.monotonic()
             self.wall = wall = time.time()
             for number, batches in self._by_partition(fetched).items():
-                part = self.ownership.tasks.get(number)
-                if part is None or not part.active:
+                task = self.ownership.tasks.get(number)
+                if task is None or not task.active:
                     continue
                 for stream, record in in_record_time_order(batches):
-                    part.handle(stream, record, wall)
+                    task.handle(stream, record, wall)
                     self._waiting_events += 1
                 # Group commit: what produced an output is committed at once (or as soon as
                 # the commit in flight is acknowledged, with whatever came meanwhile);
                 # events that produced nothing wait for the interval.
-                if part.has_output:
+                if task.has_output:
                     self._commit_wanted.set()
             if self._waiting_events >= self.settings.max_batch_events:
                 self._commit_wanted.set()
@@ -338,8 +338,8 @@ class Worker:
 
     def _adapt_fetch_wait(self, records: bool) -> None:
         behind = not records and any(
-            None in self._caught_up(part).values()
-            for part in self.ownership.tasks.values() if part.active
+            None in self._caught_up(task).values()
+            for task in self.ownership.tasks.values() if task.active
         )
         wait_ms = self.fetch_wait.fetched(time.monotonic(), records, behind)
         if wait_ms is not None:
@@ -382,14 +382,14 @@ class Worker:
                     await asyncio.wait_for(self._commit_wanted.wait(), timeout=left)
             self._commit_wanted.clear()
 
-    def _caught_up(self, part: PartitionTask) -> dict[str, float | None]:
-        """Per stream of ``part``: None while records wait unread, else the wall time at
+    def _caught_up(self, task: PartitionTask) -> dict[str, float | None]:
+        """Per stream of ``task``: None while records wait unread, else the wall time at
         which the fetch was asked whose high watermark it has read to (streams/stream_time.py:
         not when the answer was processed, which a pause of this process can delay)."""
         answers = self.fetch_answers
         return {
             stream: answers.caught_up_at(
-                TopicPartition(topic, part.number), part.marks.get(stream, 0)
+                TopicPartition(topic, task.number), task.marks.get(stream, 0)
             )
             for topic, stream in self.streams.items()
         }
