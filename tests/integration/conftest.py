@@ -34,7 +34,8 @@ from banditflow.streams.broker import EmbeddedBroker, free_port, wait_for_broker
 from banditflow.streams.connection import KafkaConnection, as_connection
 from banditflow.streams.demo import stop, wait_until_ready
 from banditflow.streams.scrape import fetch
-from banditflow.streams.statelog import Commit, read_commits
+from banditflow.streams.statelog import Commit
+from banditflow.streams.statelog_kafka import read_commits
 from banditflow.streams.topics import Topics, ensure_topics, state_topic
 
 EXTERNAL_BOOTSTRAP = os.environ.get("BANDITFLOW_TEST_BOOTSTRAP")

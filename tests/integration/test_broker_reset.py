@@ -26,9 +26,9 @@ from kafka.errors import KafkaError
 
 from banditflow.streams.broker import EmbeddedBroker, free_port
 from banditflow.streams.demo import wait_until_ready
+from banditflow.streams.recovery import EXIT_STATE_LOST
 from banditflow.streams.scrape import fetch
 from banditflow.streams.topics import Topics, ensure_topics, state_topic
-from banditflow.streams.worker import EXIT_STATE_LOST
 
 pytestmark = [pytest.mark.integration, pytest.mark.embedded_broker]
 

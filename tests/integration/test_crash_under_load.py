@@ -35,7 +35,7 @@ from banditflow.offline.environments import GaussianScores
 from banditflow.processors import Processor, Source
 from banditflow.processors.records import DecisionRecord, Settled
 from banditflow.streams.scrape import samples, value
-from banditflow.streams.statelog import read_commits
+from banditflow.streams.statelog_kafka import read_commits
 from banditflow.streams.topics import state_topic
 
 pytestmark = pytest.mark.integration

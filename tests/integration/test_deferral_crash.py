@@ -41,7 +41,7 @@ import numpy as np
 import pytest
 from kafka import KafkaProducer
 
-from banditflow.streams.statelog import read_commits
+from banditflow.streams.statelog_kafka import read_commits
 from banditflow.streams.topics import state_topic
 
 pytestmark = pytest.mark.integration

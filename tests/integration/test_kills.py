@@ -54,7 +54,7 @@ from conftest import decisions_consumer, is_ready
 from banditflow.offline.environments import GaussianScores
 from banditflow.processors.records import DecisionRecord, Settled
 from banditflow.streams.scrape import fetch
-from banditflow.streams.statelog import read_commits
+from banditflow.streams.statelog_kafka import read_commits
 from banditflow.streams.topics import state_topic
 
 KILLS = int(os.environ.get("FAULT_KILLS", "10"))

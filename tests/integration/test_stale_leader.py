@@ -1,5 +1,5 @@
 """The embedded broker's stale-leader quirk (issue 12, the kill suite's stuck group), and the
-worker getting out of it (:class:`banditflow.streams.worker.StaleLeaderEscape`).
+worker getting out of it (:class:`banditflow.streams.group.StaleLeaderEscape`).
 
 Tansu keeps the leader of a forming group when that leader leaves the group: every member
 that joins afterwards is told that the departed member leads, its SyncGroup is answered

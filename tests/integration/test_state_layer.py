@@ -17,13 +17,16 @@ from aiokafka.protocol.fetch import FetchRequest_v4
 from conftest import decisions_consumer
 
 import banditflow.streams.statelog as statelog
+import banditflow.streams.statelog_snapshot as snapshots
 from banditflow.processors import PartitionStore, Processor, Source, StreamTimes
 from banditflow.streams.broker import EmbeddedBroker, free_port
 from banditflow.streams.demo import start_worker as start_worker_process
 from banditflow.streams.demo import stop as stop_process
 from banditflow.streams.demo import wait_until_ready
 from banditflow.streams.scrape import fetch, samples, value
-from banditflow.streams.statelog import LogReader, PartitionLog, read_partitions
+from banditflow.streams.statelog_kafka import read_partitions
+from banditflow.streams.statelog_reader import LogReader
+from banditflow.streams.statelog_writer import PartitionLog
 from banditflow.streams.topics import Topics, ensure_topics, state_topic
 
 pytestmark = pytest.mark.integration
@@ -84,8 +87,8 @@ def test_recovery_reads_multi_record_batches_and_snapshots(broker, monkeypatch) 
     """Commits split into parts and sent in multi-record batches (the end offset is then
     off by the batch on Tansu) are read back whole, from the latest snapshot on."""
     monkeypatch.setattr(statelog, "PART_BYTES", 120)
-    monkeypatch.setattr(statelog, "SNAPSHOT_MIN_BYTES", 3000)
-    monkeypatch.setattr(statelog, "SNAPSHOT_SLICE_KEYS", 40)
+    monkeypatch.setattr(snapshots, "SNAPSHOT_MIN_BYTES", 3000)
+    monkeypatch.setattr(snapshots, "SNAPSHOT_SLICE_KEYS", 40)
     topic = state_topic("multi")
     ensure_topics(broker.bootstrap, Topics("multi"), 2, "multi")
 
@@ -118,14 +121,14 @@ def test_recovery_reads_multi_record_batches_and_snapshots(broker, monkeypatch) 
     writer, readers, processor = asyncio.run(run())
     assert readers[0].values == {} and readers[0].last is None  # an empty partition
     reader = readers[1]
-    assert writer.snapshot_at is not None and writer.snapshot_at > 0
+    assert writer.snapshots.start is not None and writer.snapshots.start > 0
     assert reader.last is not None and reader.last.marks == {"contexts": 29}
     store = processor.store
     assert {key: orjson.loads(raw) for key, raw in reader.values.items()} == {
         key: store.value(key) for key in store.log_keys()
     }
     assert reader.end_offset == writer.next_offset
-    assert reader.bytes_read < writer.log_bytes  # it started at the snapshot
+    assert reader.bytes_read < writer.snapshots.log_bytes  # it started at the snapshot
 
 
 def test_recovery_fetches_wait_as_briefly_as_the_worker_fetches(broker) -> None:
@@ -361,8 +364,8 @@ def test_a_restart_reads_the_state_not_the_history(broker, start_worker, wait_un
     # A history of megabytes, of which a restart reads the latest snapshot (a few keys) and
     # the log since, which the snapshot policy keeps under SNAPSHOT_MIN_BYTES for so small a
     # state (and a commit or two past it: where the restart falls in the cycle varies).
-    assert written > 5 * statelog.SNAPSHOT_MIN_BYTES
-    assert read < 1.5 * statelog.SNAPSHOT_MIN_BYTES
+    assert written > 5 * snapshots.SNAPSHOT_MIN_BYTES
+    assert read < 1.5 * snapshots.SNAPSHOT_MIN_BYTES
 
 
 @pytest.mark.embedded_broker

@@ -14,12 +14,16 @@ import orjson
 import pytest
 
 import banditflow.streams.statelog as statelog
+import banditflow.streams.statelog_snapshot as snapshots
+import banditflow.streams.statelog_writer as statelog_writer
 from banditflow.learners.registry import make_learner
 from banditflow.processors import PartitionStore, Processor, Source, StreamTimes
 from banditflow.processors.records import LearnerEntry
 from banditflow.processors.store import Changes
 from banditflow.schemas import LearnerConfig
-from banditflow.streams.statelog import Commit, LogReader, PartitionLog, decode, encode
+from banditflow.streams.statelog import Commit, decode, encode
+from banditflow.streams.statelog_reader import LogReader, snapshot_named_last
+from banditflow.streams.statelog_writer import PartitionLog
 
 Records = list[tuple[int, bytes, bytes]]
 
@@ -38,7 +42,7 @@ def recover(log: Records) -> LogReader:
     reader = LogReader()
     if not log:
         return reader
-    found, start = statelog.snapshot_named_last((offset, key) for offset, key, _ in log)
+    found, start = snapshot_named_last((offset, key) for offset, key, _ in log)
     assert found
     start = start or 0
     for offset, key, value in log[start:]:
@@ -209,8 +213,8 @@ def run_partition(seed: int, events: int) -> tuple:
 
 
 def test_a_snapshot_holds_every_key_that_did_not_change_after_it_began(monkeypatch) -> None:
-    monkeypatch.setattr(statelog, "SNAPSHOT_MIN_BYTES", 1)
-    monkeypatch.setattr(statelog, "SNAPSHOT_SLICE_KEYS", 10)
+    monkeypatch.setattr(snapshots, "SNAPSHOT_MIN_BYTES", 1)
+    monkeypatch.setattr(snapshots, "SNAPSHOT_SLICE_KEYS", 10)
     processor = Processor()
     for i in range(91):  # 91 idle learners (182 keys): they never change again
         config = {"learner_id": f"l{i}", "family": "conformal", "algorithm": "sps",
@@ -218,12 +222,12 @@ def test_a_snapshot_holds_every_key_that_did_not_change_after_it_began(monkeypat
         processor.on_config(f"l{i}", json.dumps(config).encode(), Source("learners"), 0.0)
     log: Records = []
     writer = PartitionLog(0, LogReader())
-    writer.snapshot_taken = time.time()  # (not due by age: by size, at the next commit)
+    writer.snapshots.taken_at = time.time()  # (not due by age: by size, at the next commit)
     assert writer.acked(append(log, writer.commit(
         processor.store, processor.store.changes(), {}, {}, []
     )))
     start = len(log)
-    while writer.snapshot_at != start:  # a snapshot begins with the next commit
+    while writer.snapshots.start != start:  # a snapshot begins with the next commit
         assert len(log) < start + 20, "the snapshot never completed"
         assert writer.acked(append(log, writer.commit(
             processor.store, processor.store.changes(), {}, {}, []
@@ -239,8 +243,8 @@ def test_snapshots_are_taken_as_the_log_grows_not_at_every_commit(monkeypatch) -
     """A snapshot is due once the log since the last one's start exceeds twice the state; that
     span already holds the snapshot (found by the soak test: counting it twice started a new
     snapshot with nearly every commit, 2.3 MB/s of state log at 200 contexts/s)."""
-    monkeypatch.setattr(statelog, "SNAPSHOT_MIN_BYTES", 1)
-    monkeypatch.setattr(statelog, "SNAPSHOT_SLICE_KEYS", 10_000)  # a snapshot in one commit
+    monkeypatch.setattr(snapshots, "SNAPSHOT_MIN_BYTES", 1)
+    monkeypatch.setattr(snapshots, "SNAPSHOT_SLICE_KEYS", 10_000)  # a snapshot in one commit
     processor = Processor()
     for i in range(200):  # 400 keys that never change again, and one busy learner
         config = {"learner_id": f"l{i}", "family": "conformal", "algorithm": "sps",
@@ -248,7 +252,7 @@ def test_snapshots_are_taken_as_the_log_grows_not_at_every_commit(monkeypatch) -
         processor.on_config(f"l{i}", json.dumps(config).encode(), Source("learners"), 0.0)
     log: Records = []
     writer = PartitionLog(0, LogReader())
-    writer.snapshot_taken = time.time()  # (due by size only)
+    writer.snapshots.taken_at = time.time()  # (due by size only)
     carrying = 0
     for i in range(600):
         context = {"learner_id": "l0", "event_id": f"e{i}", "labels": ["a", "b"],
@@ -266,10 +270,10 @@ def test_snapshots_are_taken_as_the_log_grows_not_at_every_commit(monkeypatch) -
 def test_recovery_from_the_latest_snapshot_rebuilds_the_state(monkeypatch, seed: int) -> None:
     """Fuzzy snapshots are written a slice per commit while the state changes; replaying the
     log from the latest complete snapshot gives exactly the live state."""
-    monkeypatch.setattr(statelog, "SNAPSHOT_MIN_BYTES", 2000)
-    monkeypatch.setattr(statelog, "SNAPSHOT_SLICE_KEYS", 7)
+    monkeypatch.setattr(snapshots, "SNAPSHOT_MIN_BYTES", 2000)
+    monkeypatch.setattr(snapshots, "SNAPSHOT_SLICE_KEYS", 7)
     log, store, writer = run_partition(seed, 1500)
-    assert writer.snapshot_at is not None and writer.snapshot_at > 0
+    assert writer.snapshots.start is not None and writer.snapshots.start > 0
     reader = recover(log)
     live = {key: store.value(key) for key in store.log_keys()}
     assert parsed(reader.values) == live
@@ -287,8 +291,8 @@ def test_recovery_from_the_latest_snapshot_rebuilds_the_state(monkeypatch, seed:
 
 
 def test_recovery_reads_in_proportion_to_the_state_not_the_history(monkeypatch) -> None:
-    monkeypatch.setattr(statelog, "SNAPSHOT_MIN_BYTES", 2000)
-    monkeypatch.setattr(statelog, "SNAPSHOT_SLICE_KEYS", 50)
+    monkeypatch.setattr(snapshots, "SNAPSHOT_MIN_BYTES", 2000)
+    monkeypatch.setattr(snapshots, "SNAPSHOT_SLICE_KEYS", 50)
     log, store, _ = run_partition(5, 8000)
     total = sum(len(value) for _, _, value in log)
     read = recover(log).bytes_read
@@ -304,7 +308,7 @@ def test_a_former_owner_landing_after_a_claim_changes_nothing_not_even_the_snaps
     A's snapshot, lands after B's claim, and B writes nothing more. That record is where A
     did not expect it: a recovery ignores its content and the snapshot it names, and reads
     what B holds (found by review: the snapshot was followed, and keys went missing)."""
-    monkeypatch.setattr(statelog, "SNAPSHOT_SLICE_KEYS", 10)
+    monkeypatch.setattr(snapshots, "SNAPSHOT_SLICE_KEYS", 10)
     processor = Processor()
     for i in range(12):
         config = {"learner_id": f"l{i}", "family": "conformal", "algorithm": "sps",
@@ -313,13 +317,13 @@ def test_a_former_owner_landing_after_a_claim_changes_nothing_not_even_the_snaps
     store = processor.store
     log: Records = []
     a = PartitionLog(0, LogReader())
-    a.snapshot_taken = time.time()  # (as if one had just been taken)
+    a.snapshots.taken_at = time.time()  # (as if one had just been taken)
     assert a.acked(append(log, a.claim({}, {})))
     assert a.acked(append(log, a.commit(store, store.changes(), {"learners": 12}, {}, [])))
-    a.snapshot_taken -= 2 * statelog.SNAPSHOT_MAX_AGE_S  # a snapshot starts next
+    a.snapshots.taken_at -= 2 * snapshots.SNAPSHOT_MAX_AGE_S  # a snapshot starts next
     assert a.acked(append(log, a.commit(store, store.changes(), {"learners": 12}, {}, [])))
-    assert a._dump is not None
-    while a._dump.index + 10 < len(a._dump.keys):  # all but its last slice
+    assert a.snapshots.writing is not None
+    while a.snapshots.writing.index + 10 < len(a.snapshots.writing.keys):  # all but its last slice
         assert a.acked(append(log, a.commit(store, store.changes(), {"learners": 12}, {}, [])))
     holding = LogReader()
     for record in log:
@@ -376,17 +380,17 @@ def test_an_idle_partition_is_snapshotted_by_age_and_a_restart_does_not_put_it_o
     writer = PartitionLog(0, LogReader())
     assert writer.wants_commit(store.key_count())  # no snapshot yet: the first commit
     assert writer.acked(append(log, writer.commit(store, store.changes(), {}, {}, [])))
-    assert writer.snapshot_at == 0 and not writer.wants_commit(store.key_count())
+    assert writer.snapshots.start == 0 and not writer.wants_commit(store.key_count())
     reader = LogReader()
     for record in log:
         reader.feed(*record)
     restarted = PartitionLog(0, reader)
-    assert restarted.snapshot_taken == writer.snapshot_taken  # from the log
+    assert restarted.snapshots.taken_at == writer.snapshots.taken_at  # from the log
     assert not restarted.wants_commit(store.key_count())
-    restarted.snapshot_taken -= statelog.SNAPSHOT_MAX_AGE_S  # an hour without a change
+    restarted.snapshots.taken_at -= snapshots.SNAPSHOT_MAX_AGE_S  # an hour without a change
     assert restarted.wants_commit(store.key_count())
     assert restarted.acked(append(log, restarted.commit(store, store.changes(), {}, {}, [])))
-    assert restarted.snapshot_at == 1 and not restarted.wants_commit(store.key_count())
+    assert restarted.snapshots.start == 1 and not restarted.wants_commit(store.key_count())
 
 
 def test_a_first_snapshot_of_no_keys_does_not_put_the_next_one_off() -> None:
@@ -396,9 +400,9 @@ def test_a_first_snapshot_of_no_keys_does_not_put_the_next_one_off() -> None:
     store, log = Processor().store, []
     writer = PartitionLog(0, LogReader())
     assert writer.acked(append(log, writer.commit(store, store.changes(), {}, {}, [])))
-    assert writer.snapshot_at == 0 and writer.snapshot_keys == 0
+    assert writer.snapshots.start == 0 and writer.snapshots.key_count == 0
     assert not writer.wants_commit(100_000)
-    writer.log_bytes += statelog.SNAPSHOT_MIN_BYTES + 1  # a megabyte of commits since
+    writer.snapshots.log_bytes += snapshots.SNAPSHOT_MIN_BYTES + 1  # a megabyte of commits since
     assert writer.wants_commit(100_000)
 
 
@@ -412,7 +416,7 @@ def drive_one_learner(commits: int) -> tuple[Records, PartitionStore]:
     processor.on_config("x", json.dumps(config).encode(), Source("learners"), 0.0)
     log: Records = []
     writer = PartitionLog(0, LogReader())
-    writer.snapshot_taken = time.time()  # (snapshots by size only)
+    writer.snapshots.taken_at = time.time()  # (snapshots by size only)
     for t in range(commits):
         body = {"learner_id": "x", "event_id": f"e{t}", "labels": ["a", "b"],
                 "scores": rng.normal(size=2).round(6).tolist()}
@@ -433,7 +437,7 @@ def test_a_learner_touched_by_every_commit_writes_what_changed(monkeypatch) -> N
     # (but a snapshot's slice, which writes its keys whole)
     assert sum(commit.patches == ["l/x"] for commit in patched) >= 0.95 * len(patched)
     tail = sum(len(value) for _, _, value in log[-500:])
-    monkeypatch.setattr(statelog, "PATCHED", ())  # the same, every learner written whole
+    monkeypatch.setattr(statelog_writer, "PATCHED", ())  # the same, every learner written whole
     whole_log, _ = drive_one_learner(3000)
     whole_tail = sum(len(value) for _, _, value in whole_log[-500:])
     assert tail < whole_tail / 5, (tail, whole_tail)
@@ -458,7 +462,7 @@ def test_the_writer_keeps_patch_bases_of_the_learners_written_last_within_its_bu
         processor.on_config(lid, body, Source("learners"), 0.0)
     store = processor.store
     one = len(orjson.dumps(store.value(f"l/{ids[0]}")))
-    monkeypatch.setattr(statelog, "PATCH_BASE_BYTES", 10 * one + one // 2)  # ten learners
+    monkeypatch.setattr(statelog_writer, "PATCH_BASE_BYTES", 10 * one + one // 2)  # ten learners
     writer = PartitionLog(0, LogReader())
     writer.snapshot_taken = time.time()  # (snapshots by size only)
     assert writer.acked(append(log, writer.commit(store, store.changes(), {}, {}, [])))

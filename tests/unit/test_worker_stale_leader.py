@@ -10,7 +10,7 @@ from typing import Any
 
 from aiokafka.consumer.group_coordinator import CoordinatorGroupRebalance, GroupCoordinator
 
-from banditflow.streams.worker import StaleLeaderEscape
+from banditflow.streams.group import StaleLeaderEscape
 
 
 def join(leader: str, me: str, error: int = 0) -> Any:

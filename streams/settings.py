@@ -1,0 +1,55 @@
+"""Everything ``banditflow worker`` can be told: :class:`WorkerSettings` (no Kafka client
+imported here, so the CLI and the partition tasks read them without aiokafka)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from banditflow.schemas import Limits
+from banditflow.streams.connection import KafkaConnection
+from banditflow.streams.webconfig import WebConfig
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """Everything ``banditflow worker`` can be told (see ``banditflow worker --help``)."""
+
+    kafka: KafkaConnection = field(default_factory=KafkaConnection)
+    app_id: str = "banditflow"
+    prefix: str = "banditflow"
+    partitions: int = 4
+    web_host: str = "127.0.0.1"
+    web_port: int = 6066
+    # How often a partition whose events produced nothing to publish (feedback only, timers)
+    # commits its state and marks; events that produced a decision or a dead letter are
+    # committed at once (group commit: commits follow each other as fast as the broker
+    # acknowledges them, each taking what arrived while the previous one was in flight).
+    commit_interval_s: float = 0.03
+    # A commit starts early once this many events wait; the input pauses at twice as many.
+    max_batch_events: int = 2000
+    retention_s: float = 600.0
+    max_exported_learners: int = 100
+    limits: Limits = field(default_factory=Limits)
+    session_timeout_s: float = 10.0
+    # Who this worker is across restarts (the consumer's client id): a restarted worker
+    # removes its dead predecessor from the group at once instead of waiting for its
+    # session to time out. Default: the host name and web port.
+    instance_id: str = ""
+    # How long a fetch may wait for records: the embedded broker answers an empty fetch only
+    # when this ends, even if records arrive meanwhile, so it adds to the input's latency
+    # (the CLI's default is per broker: streams/cli.py, EMBEDDED_FETCH_WAIT_MS).
+    fetch_wait_ms: int = 500
+    # A caught-up stream's clock follows the wall clock, this far behind (records a
+    # producer has stamped but not yet delivered must not be overtaken).
+    idle_lag_s: float = 1.0
+    # Record timestamps further ahead of the wall clock than this are taken as the wall
+    # clock: one mis-stamped record must not expire every pending decision.
+    max_future_s: float = 5.0
+    # When the broker no longer holds the state log (emptied, replaced, topics recreated):
+    # "exit" with EXIT_STATE_LOST, or start the lost partitions "fresh" with empty state.
+    on_state_loss: str = "exit"
+    # Evaluate the candidate policies named in learner configs on the live stream (off: they
+    # are ignored, their estimates kept as they were).
+    live_ope: bool = True
+    # /metrics, /ready and /healthz over TLS and with basic auth (--web-config).
+    web_config: WebConfig | None = None

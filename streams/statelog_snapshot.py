@@ -1,0 +1,113 @@
+"""The state log's snapshot policy: when a fuzzy snapshot starts, and which keys each commit
+writes whole for it (see "Bounded recovery" in streams/statelog.py).
+
+A snapshot starts once a recovery would read much more than the state (the last snapshot and
+the log since it), or once the last one is old; it is then written in slices, one per
+commit, of the keys that existed when it began.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from banditflow.processors.store import PartitionStore
+from banditflow.streams.statelog_reader import LogReader
+
+# A snapshot starts when a recovery would read this many times the state (the last
+# snapshot and the log since, against the state's size now) ...
+SNAPSHOT_RATIO = 2.0
+# ... but not before it would read this many bytes (a snapshot per commit would be wasteful),
+SNAPSHOT_MIN_BYTES = 1 << 20
+# and at least this often, so that a broker's retention (7 days on the topic banditflow
+# creates) never removes the snapshot a recovery needs.
+SNAPSHOT_MAX_AGE_S = 3600.0
+# Keys of a snapshot written per commit (a slice), so that no commit stalls the worker.
+SNAPSHOT_SLICE_KEYS = 2000
+
+
+@dataclass
+class SnapshotInProgress:
+    """A snapshot being written: the keys that existed when it began, and how far it got."""
+
+    start_offset: int
+    start_log_bytes: int
+    keys: list[str]
+    index: int = 0
+
+
+class Snapshots:
+    """One partition's snapshots: the latest complete one (where it starts, its size, when it
+    was taken), the log's bytes since, and the one being written."""
+
+    def __init__(self, reader: LogReader) -> None:
+        last = reader.snapshot
+        self.start = None if last is None else last["start"]
+        self.size_bytes = 0 if last is None else last["bytes"]
+        self.key_count = len(reader.values)  # (about: what the last snapshot held)
+        # Bytes of the log since the snapshot (all of it without one): what a recovery reads.
+        self.log_bytes = reader.bytes_read
+        self.start_log_bytes = 0
+        # When the latest snapshot was taken (wall clock, kept in the log: restarts must not
+        # put it off); without one, the first commit takes one.
+        self.taken_at = last.get("at", 0.0) if last is not None else float("-inf")
+        self.writing: SnapshotInProgress | None = None
+
+    def due(self, keys: int) -> bool:
+        """Whether a recovery now would read much more than the state: it reads the last
+        snapshot and everything since; the state is about the snapshot's bytes scaled by
+        how the number of keys changed since (it grows with the log, or shrinks when
+        decisions expire)."""
+        since = self.log_bytes - self.start_log_bytes
+        # (A snapshot of no keys, a new partition's first, says nothing about bytes per key:
+        # scaling by it kept a growing log from ever being snapshotted again.)
+        state = self.size_bytes * keys / self.key_count if self.key_count else 0.0
+        # (``since`` counts from the snapshot's first byte, so it holds the snapshot already:
+        # adding size_bytes again made every commit after a snapshot start the next one.)
+        if since > max(SNAPSHOT_MIN_BYTES, SNAPSHOT_RATIO * state):
+            return True
+        return time.time() - self.taken_at >= SNAPSHOT_MAX_AGE_S
+
+    def wants_commit(self, keys: int) -> bool:
+        """Whether to commit even with nothing new: a snapshot is being written or is due
+        by age (an idle partition too: retention must never remove its only snapshot)."""
+        return self.writing is not None or self.due(keys)
+
+    def next_slice(self, offset: int, store: PartitionStore) -> list[str]:
+        """The keys the next commit (its first record expected at ``offset``) writes whole
+        for a snapshot: the next slice of the one being written, which starts with this
+        commit when one is due; none when no snapshot is being written."""
+        writing = self.writing
+        if writing is None and self.due(store.key_count()):
+            writing = self.writing = SnapshotInProgress(offset, self.log_bytes,
+                                                        store.log_keys())
+        if writing is None:
+            return []
+        return writing.keys[writing.index : writing.index + SNAPSHOT_SLICE_KEYS]
+
+    def sliced(self, count: int) -> dict[str, float] | None:
+        """A commit carries the next ``count`` keys of the snapshot being written; when
+        they complete it, what the commit records of it (where it starts, its bytes before
+        this commit, when), else None."""
+        writing = self.writing
+        if writing is None:
+            return None
+        writing.index += count
+        if writing.index < len(writing.keys):
+            return None
+        return {
+            "start": writing.start_offset,
+            "bytes": self.log_bytes - writing.start_log_bytes,
+            "at": time.time(),
+        }
+
+    def landed(self, size: int, completed: dict[str, float] | None) -> None:
+        """A commit of ``size`` bytes landed; ``completed``: the snapshot it completed."""
+        self.log_bytes += size
+        if completed is not None and self.writing is not None:
+            self.start = int(completed["start"])
+            self.size_bytes = completed["bytes"] + size
+            self.key_count = len(self.writing.keys)
+            self.start_log_bytes = self.writing.start_log_bytes
+            self.taken_at = completed["at"]
+            self.writing = None

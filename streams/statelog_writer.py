@@ -1,0 +1,157 @@
+"""Writing one partition's state log: commits (changes as whole values or patches, with a
+snapshot slice when one is being written), claims, and fencing (see "Ownership" in
+streams/statelog.py)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import orjson
+
+from banditflow.processors.store import Changes, KeyKind, PartitionStore
+from banditflow.streams.patch import PatchBases, diff
+from banditflow.streams.statelog import Commit, Header, StateLogError, StateLogLost, encode
+from banditflow.streams.statelog_reader import LogReader
+from banditflow.streams.statelog_snapshot import Snapshots
+
+# Keys written as patches: learner entries, rewritten by every commit that touches their
+# learner (decisions and holds are written once or twice each, whole).
+PATCHED = (KeyKind.LEARNER,)
+# The text of the learners a partition's writer wrote last, kept to write their next states as
+# patches (see PatchBases): the learners written commit after commit fit.
+PATCH_BASE_BYTES = 2 << 20
+
+
+class PartitionLog:
+    """The writing side of one partition's state log: commits, snapshots, claims, fencing."""
+
+    def __init__(self, partition: int, reader: LogReader) -> None:
+        self.partition = partition
+        counter = (reader.epoch >> 32) + 1 if reader.epoch >= 0 else 0
+        # Unique per owner: two workers claiming at once never share an epoch.
+        self.epoch = (counter << 32) | random.getrandbits(32)
+        self.seq = 0
+        self.next_offset = reader.end_offset  # where our next record must land
+        self.snapshots = Snapshots(reader)
+        # The text this writer last wrote of the PATCHED keys it wrote last (what their next
+        # patch is against); a key it has not written yet, or no longer keeps, is written
+        # whole.
+        # Set as records are built: records not acknowledged where expected are sent again
+        # as they are (the worker's unfinished commit), or the partition and this writer are
+        # dropped and read back; so what a writer built last is what a reader reads.
+        self._written = PatchBases(PATCH_BASE_BYTES)
+        self._inflight: tuple[int, int, dict[str, float] | None] | None = None
+        self._built: tuple[Commit, dict[str, float] | None] | None = None  # (for rewrite)
+
+    def claim(self, marks: dict[str, int], clock: dict[str, float]) -> list[tuple[bytes, bytes]]:
+        """The first record of a new owner: fences every older epoch."""
+        return self._records(Commit(self.epoch, self.seq, marks, clock, claim=True), None)
+
+    def commit(
+        self,
+        store: PartitionStore,
+        changes: Changes,
+        marks: dict[str, int],
+        clock: dict[str, float],
+        outbox: list[str],
+        dead_letters: Sequence[str] = (),
+    ) -> list[tuple[bytes, bytes]]:
+        """The records of the next commit (changes, plus a snapshot slice when one is due)."""
+        sliced = self.snapshots.next_slice(self.next_offset, store)
+        whole = set(sliced)  # a snapshot's keys are written whole
+        puts: list[tuple[str, bytes]] = []
+        patches: list[str] = []
+        for key, value in changes.puts:
+            text, patched = self._text(key, value, key in whole)
+            puts.append((key, text))
+            if patched:
+                patches.append(key)
+        for key in changes.deletes:
+            self._written.pop(key)
+        written = {key for key, _ in changes.puts} | set(changes.deletes)
+        for key in sliced:
+            if key not in written:
+                value = store.value(key)
+                if value is not None:
+                    puts.append((key, self._text(key, value, True)[0]))
+        completed = self.snapshots.sliced(len(sliced))
+        commit = Commit(
+            self.epoch, self.seq, marks, clock, puts, changes.deletes, outbox,
+            patches=patches, snapshot=completed, dead_letters=list(dead_letters),
+        )
+        return self._records(commit, completed)
+
+    def _text(self, key: str, value: Any, whole: bool) -> tuple[bytes, bool]:
+        """What to write for ``key``: its JSON text, or a patch against the value this
+        writer last wrote for it (a ``PATCHED`` key, not ``whole``, when the patch is the
+        smaller); and whether it is a patch."""
+        text = value if isinstance(value, bytes) else orjson.dumps(value)
+        if KeyKind.of(key) not in PATCHED:
+            return text, False
+        last = self._written.get(key)
+        # (its text: a copy that later changes of the live state cannot reach, and a
+        # fraction of the memory of the parsed value; parsed again for the next patch)
+        self._written.put(key, text)
+        if last is None or whole:
+            return text, False
+        current = orjson.loads(text) if isinstance(value, bytes) else value
+        patch = orjson.dumps(diff(orjson.loads(last), current))
+        return (patch, True) if len(patch) < len(text) else (text, False)
+
+    def _records(
+        self, commit: Commit, completed: dict[str, int] | None
+    ) -> list[tuple[bytes, bytes]]:
+        records = encode(commit, self.snapshots.start, self.next_offset)
+        size = sum(len(value) for _, value in records)
+        self._inflight = (len(records), size, completed)
+        self._built = (commit, completed)
+        return records
+
+    def stale_only(self, keys: Iterable[bytes]) -> bool:
+        """Whether the records with ``keys`` (those that landed among or before the last
+        built records, where this owner expected its own) are all of older epochs: a
+        former owner's late writes, which every reader passes over after this owner's
+        claim, so they change nothing this owner builds on."""
+        try:
+            return all(Header.decode(key).epoch < self.epoch for key in keys)
+        except (StateLogError, ValueError, KeyError, TypeError):  # (not a header at all)
+            return False
+
+    def rewrite(self, offset: int) -> list[tuple[bytes, bytes]]:
+        """The last built commit again, expected at ``offset`` (the log's end after records
+        of older epochs took its place, see ``stale_only``): its first landing, elsewhere
+        than its records say, is passed over by every reader."""
+        assert self._built is not None and offset >= self.next_offset
+        self.next_offset = offset
+        return self._records(*self._built)
+
+    def wants_commit(self, keys: int) -> bool:
+        """Whether to commit even with nothing new: a snapshot is being written or is due
+        by age (an idle partition too: retention must never remove its only snapshot)."""
+        return self.snapshots.wants_commit(keys)
+
+    def acked(self, offsets: list[int]) -> bool:
+        """Record where the last built records landed. False when they did not land where
+        this owner's records must (someone else wrote to the partition): stop using it.
+        Raises ``StateLogLost`` when they landed before (the log lost records)."""
+        assert self._inflight is not None, "acked() without records in flight"
+        count, size, completed = self._inflight
+        self._inflight = None
+        if offsets and offsets[0] < self.next_offset:
+            # Offsets only grow, whoever writes: a record before the log's known end means
+            # the records up to it are gone.
+            raise StateLogLost(
+                f"state log partition {self.partition}: a record written for offset "
+                f"{self.next_offset} landed at {offsets[0]}, so the records this worker had "
+                "written are gone (the broker was emptied or replaced, or the topic recreated)",
+                self.partition,
+            )
+        if offsets != list(range(self.next_offset, self.next_offset + count)):
+            return False
+        self._built = None  # (landed: nothing to write again; it may hold every learner)
+        self.next_offset += count
+        self.seq += 1
+        self.snapshots.landed(size, completed)
+        return True
