@@ -379,3 +379,31 @@ def test_ready_says_when_the_broker_is_lost(tmp_path: Path) -> None:
         finally:
             stop(process)
 
+
+def test_the_compose_gateway_is_the_cli_s() -> None:
+    """deploy/docker-compose.yml (not run here: no Docker engine) parses as YAML, every
+    banditflow service's command is one the CLI accepts, and the gateway service mounts the
+    keys file its command names, publishes its API port and checks its /ready."""
+    import yaml
+
+    from banditflow.streams.cli import build_parser
+
+    deploy = Path(__file__).resolve().parents[2] / "deploy"
+    compose = yaml.safe_load((deploy / "docker-compose.yml").read_text())
+    ours = {name: service for name, service in compose["services"].items()
+            if service.get("build", {}).get("dockerfile") == "deploy/Dockerfile"}
+    assert {"worker", "simulate", "gateway"} <= set(ours)
+    for service in ours.values():
+        command = service["command"]
+        build_parser(command[0]).parse_args(command)  # (argparse exits on an unknown flag)
+    gateway = ours["gateway"]
+    args = build_parser("gateway").parse_args(gateway["command"])
+    assert args.host == "0.0.0.0" and args.api_keys is not None  # beyond loopback: keys
+    (secret,) = gateway["secrets"]
+    assert str(args.api_keys) == f"/run/secrets/{secret}"
+    assert compose["secrets"][secret]["file"] == "./gateway-api-keys"
+    assert (deploy / "gateway-api-keys.example").exists()
+    assert gateway["ports"] == [f"{args.port}:{args.port}"]
+    assert gateway["expose"] == [str(args.metrics_port)] and args.metrics_host == "0.0.0.0"
+    assert f"http://127.0.0.1:{args.port}/ready" in " ".join(gateway["healthcheck"]["test"])
+    assert "'/src[gateway]'" in (deploy / "Dockerfile").read_text()
