@@ -40,9 +40,13 @@ SECONDS = float(os.environ.get("BENCH_CLIENT_SECONDS", "5"))
 ROUNDS = 2
 RATE = 500
 IN_FLIGHT = 256  # calls in flight in the closed-loop phases
-PREFIX, LEARNER, PARTITIONS = "bclient", "shop", 4
-CONFIG = {"learner_id": LEARNER, "family": "conformal", "algorithm": "sps",
-          "params": {"target_coverage": 0.9, "horizon": 1_000_000}}
+PREFIX, PARTITIONS = "bclient", 4
+# A learner per path, each on a partition of its own: a path's consumer reads its own
+# decisions only, not those of the path being measured (the bench process would spend its
+# CPU reading every decision three times over).
+FLOOR, CLIENT, GATEWAY = "raw", "client", "http"
+if len({partition_for(learner, PARTITIONS) for learner in (FLOOR, CLIENT, GATEWAY)}) != 3:
+    raise RuntimeError("the paths' learners must be on different partitions")
 CONTEXT = {"labels": ["cat", "dog", "fox"], "scores": [2.1, 0.3, -1.0]}
 
 # One decision and its feedback; returns the decision's latency (s): the feedback costs the
@@ -121,7 +125,7 @@ class RawKafka:
         self.producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, acks=1)
         self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                                       fetch_max_wait_ms=20)
-        tp = TopicPartition(topics.decisions, partition_for(LEARNER, PARTITIONS))
+        tp = TopicPartition(topics.decisions, partition_for(FLOOR, PARTITIONS))
         self.consumer.assign([tp])
         self.consumer.seek_to_end(tp)
         self.consumer.position(tp)
@@ -146,14 +150,14 @@ class RawKafka:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         self.waiting[event_id] = (loop, future)
-        key = LEARNER.encode()
+        key = FLOOR.encode()
         # (send() only queues the record: kafka-python's sender thread produces it at once)
         self.producer.send(self.topics.contexts, orjson.dumps(
-            {"learner_id": LEARNER, "event_id": event_id, **CONTEXT}), key)
+            {"learner_id": FLOOR, "event_id": event_id, **CONTEXT}), key)
         await future
         decided = time.perf_counter() - started
         self.producer.send(self.topics.feedback, orjson.dumps(
-            {"learner_id": LEARNER, "event_id": event_id, "label": "cat"}), key)
+            {"learner_id": FLOOR, "event_id": event_id, "label": "cat"}), key)
         return decided
 
     def close(self) -> None:
@@ -218,9 +222,9 @@ async def client_paths(bootstrap: str, gateway_port: int, processes: dict[str, i
 
         async def client_trip() -> float:
             started = time.perf_counter()
-            decision = await bf.decide(LEARNER, **CONTEXT)
+            decision = await bf.decide(CLIENT, **CONTEXT)
             decided = time.perf_counter() - started
-            await bf.feedback(LEARNER, decision.event_id, label="cat")
+            await bf.feedback(CLIENT, decision.event_id, label="cat")
             return decided
 
         http = KeepAlive(gateway_port, IN_FLIGHT)
@@ -229,11 +233,11 @@ async def client_paths(bootstrap: str, gateway_port: int, processes: dict[str, i
 
         async def gateway_trip() -> float:
             started = time.perf_counter()
-            status, body = await http.post(f"/v1/learners/{LEARNER}/decisions", context)
+            status, body = await http.post(f"/v1/learners/{GATEWAY}/decisions", context)
             decided = time.perf_counter() - started
             assert status == 200, body
             event_id = orjson.loads(body)["event_id"]
-            status, body = await http.post(f"/v1/learners/{LEARNER}/feedback", orjson.dumps(
+            status, body = await http.post(f"/v1/learners/{GATEWAY}/feedback", orjson.dumps(
                 {"event_id": event_id, "label": "cat"}))
             assert status == 202, body
             return decided
@@ -285,7 +289,11 @@ def test_client_and_gateway_round_trips(tmp_path: Path) -> None:
                  "--metrics-port", str(free_port())],
                 stdout=gateway_log, stderr=subprocess.STDOUT)
             producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
-            producer.send(Topics(PREFIX).learners, orjson.dumps(CONFIG), LEARNER.encode())
+            for learner in (FLOOR, CLIENT, GATEWAY):
+                producer.send(Topics(PREFIX).learners, orjson.dumps(
+                    {"learner_id": learner, "family": "conformal", "algorithm": "sps",
+                     "params": {"target_coverage": 0.9, "horizon": 1_000_000}}),
+                    learner.encode())
             producer.close()
             deadline = time.monotonic() + 60
             while True:
