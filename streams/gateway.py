@@ -3,7 +3,10 @@
 A FastAPI application (served by uvicorn) in front of one :class:`AsyncClient`: every request
 is the client's call of the same name, so the gateway validates, matches decisions and maps
 dead letters exactly as the Python client does, and holds no state but the client's consumer
-(several gateways may run side by side).
+(several gateways may run side by side). The event endpoints (decisions, feedback, truth),
+which carry the traffic, are answered by the pure ASGI front before FastAPI (its routing,
+middleware and parameter models cost half the CPU of a request); FastAPI serves the rest and
+the OpenAPI document, which describes them all.
 
 - ``POST /v1/learners/{id}/decisions``: the context fields as JSON -> 200 and the decision as
   published on the decisions topic; 422 with the reason for a context the schema refuses or
