@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Coroutine, Mapping
@@ -52,6 +53,9 @@ T = TypeVar("T")
 # the context's offset, which the client learns only once the broker acknowledged it. Those
 # that arrive before (a commit right after the produce) wait here, the latest ones only.
 EARLY_DEAD_LETTERS = 10_000
+# How long the consumer may go without a fetch answered before the client says it has lost
+# the broker (not_ready; the gateway's /ready).
+READY_SILENCE_S = 5.0
 
 
 class Rejected(ValueError):
@@ -89,8 +93,17 @@ class Decision:
 
 
 def _encode(record: Mapping[str, Any]) -> bytes:
-    # json, not orjson: orjson writes NaN as null, which the schema would refuse as a wrong
-    # type; NaN written out is refused as what it is (non_finite).
+    # orjson (a twentieth of json's time) unless its text could differ from json's: orjson
+    # writes NaN and infinities as null, which the schema would refuse as a wrong type or
+    # take for an absent field, so a text with a null in it is written again by json, whose
+    # NaN is refused as what it is (non_finite); what orjson cannot write (a float subclass,
+    # an int beyond 64 bits), json tries too.
+    try:
+        raw = orjson.dumps(record, option=orjson.OPT_NON_STR_KEYS)
+        if b"null" not in raw:
+            return raw
+    except TypeError:
+        pass
     try:
         return json.dumps(record, separators=(",", ":")).encode()
     except (TypeError, ValueError, RecursionError) as exc:
@@ -164,6 +177,7 @@ class AsyncClient:
         self._partitions = 0
         self._configs: dict[str, LearnerConfig] = {}
         self._learner_tps: list[TopicPartition] = []
+        self._partitions_of: dict[str, int] = {}  # learner id -> its partition, once known
         self._learners_at: dict[TopicPartition, int] = {}  # how far the reader got
         self._read: asyncio.Condition | None = None  # notified after every batch read
         self._assigning = asyncio.Lock()
@@ -172,6 +186,7 @@ class AsyncClient:
         self._by_offset: dict[tuple[int, int], _Waiter] = {}
         self._early_dead: OrderedDict[tuple[int, int], dict[str, Any]] = OrderedDict()
         self._failure: BaseException | None = None
+        self._started_at = 0.0  # (time.time(), as aiokafka's fetch timestamps)
 
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> AsyncClient:
@@ -213,6 +228,7 @@ class AsyncClient:
             self._consumer.assign(self._learner_tps)
             await self._consumer.seek_to_beginning(*self._learner_tps)
             self._read = asyncio.Condition()
+            self._started_at = time.time()
             self._reader = asyncio.create_task(self._read_loop(), name="banditflow-client")
             await self._learners_read()
         except BaseException:
@@ -235,9 +251,22 @@ class AsyncClient:
             await self._producer.stop()
             self._producer = None
 
-    def ready(self) -> bool:
-        """Whether the client is started and its consumer is reading."""
-        return self._reader is not None and not self._reader.done()
+    def not_ready(self, silence_s: float = READY_SILENCE_S) -> str | None:
+        """Why the client cannot serve now (None: it can): not started, its consumer failed,
+        or no fetch of its consumer answered for ``silence_s`` seconds (a broker lost after
+        the start: an idle fetch is answered at least every fetch wait, 20-500 ms)."""
+        consumer = self._consumer
+        if self._reader is None or consumer is None:
+            return "not started"
+        if self._reader.done():
+            return f"the consumer failed: {self._failure!r}"
+        heard = max((consumer.last_poll_timestamp(tp) or 0 for tp in consumer.assignment()),
+                    default=0) / 1000 or self._started_at
+        silent = time.time() - heard
+        if silent > silence_s:
+            return (f"no answer from the broker ({self.connection.bootstrap}) for "
+                    f"{silent:.1f}s")
+        return None
 
     async def _is_tansu(self) -> bool:
         # The embedded broker holds an empty fetch for the whole wait even when records
@@ -383,6 +412,15 @@ class AsyncClient:
             )
         return config
 
+    def _partition(self, learner_id: str) -> int:
+        """The partition of ``learner_id``'s contexts and feedback (murmur2 in Python costs
+        as much as a record's encoding: computed once per learner)."""
+        partition = self._partitions_of.get(learner_id)
+        if partition is None:
+            partition = self._partitions_of[learner_id] = partition_for(learner_id,
+                                                                        self._partitions)
+        return partition
+
     # ------------------------------------------------------------------ the calls
     def _producer_started(self) -> AIOKafkaProducer:
         if self._producer is None:
@@ -419,7 +457,7 @@ class AsyncClient:
                 f"{', '.join(foreign)} is not {config.family} context (it takes "
                 f"{', '.join(sorted(takes)) or 'no fields beyond the envelope'})",
             )
-        partition = partition_for(lid, self._partitions)
+        partition = self._partition(lid)
         await self._listen(partition)
         waiter = _Waiter()
         self._by_event.setdefault((lid, eid), []).append(waiter)
@@ -482,7 +520,7 @@ class AsyncClient:
                 f"{', '.join(sorted(takes))})",
             )
         await producer.send_and_wait(topic, raw, lid.encode(),
-                                     partition=partition_for(lid, self._partitions))
+                                     partition=self._partition(lid))
 
 
 class AsyncLearners:

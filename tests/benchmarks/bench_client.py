@@ -5,10 +5,13 @@ partition).
 
 Each path runs open loop at 500 decisions/s with feedback (every decision answered), then
 closed loop with many calls in flight for the highest rate it sustains. Prints p50/p95/p99
-and decisions/s; asserts nothing about time. The gateway is driven over HTTP/1.1 keep-alive
-connections by a minimal client written here (a general HTTP client would cost the loaded
-machine more than the gateway does). The paths take turns, in two rounds;
-BENCH_CLIENT_SECONDS sets the length of each turn (5).
+and decisions/s, and the CPU time per decision of each process (the gateway, the worker, the
+broker, and this one: the load generator, and the client or the floor's application
+itself), which the machine's other load disturbs less than the rates; asserts nothing about
+time. The gateway is driven over HTTP/1.1 keep-alive connections by a minimal client written
+here (a general HTTP client would cost the loaded machine more than the gateway does). The
+paths take turns, in two rounds; BENCH_CLIENT_SECONDS sets the length of each turn (5). The
+load average and CPU pressure before and after say how busy the machine was.
 """
 
 from __future__ import annotations
@@ -37,9 +40,13 @@ SECONDS = float(os.environ.get("BENCH_CLIENT_SECONDS", "5"))
 ROUNDS = 2
 RATE = 500
 IN_FLIGHT = 256  # calls in flight in the closed-loop phases
-PREFIX, LEARNER, PARTITIONS = "bclient", "shop", 4
-CONFIG = {"learner_id": LEARNER, "family": "conformal", "algorithm": "sps",
-          "params": {"target_coverage": 0.9, "horizon": 1_000_000}}
+PREFIX, PARTITIONS = "bclient", 4
+# A learner per path, each on a partition of its own: a path's consumer reads its own
+# decisions only, not those of the path being measured (the bench process would spend its
+# CPU reading every decision three times over).
+FLOOR, CLIENT, GATEWAY = "raw", "client", "http"
+if len({partition_for(learner, PARTITIONS) for learner in (FLOOR, CLIENT, GATEWAY)}) != 3:
+    raise RuntimeError("the paths' learners must be on different partitions")
 CONTEXT = {"labels": ["cat", "dog", "fox"], "scores": [2.1, 0.3, -1.0]}
 
 # One decision and its feedback; returns the decision's latency (s): the feedback costs the
@@ -47,12 +54,32 @@ CONTEXT = {"labels": ["cat", "dog", "fox"], "scores": [2.1, 0.3, -1.0]}
 Trip = Callable[[], Awaitable[float]]
 
 
-def report(name: str, latencies: list[float], took: float) -> dict[str, float]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (Linux's /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_load() -> str:
+    """The load average, and the share of time runnable tasks waited for a CPU (PSI)."""
+    pressure = Path("/proc/pressure/cpu")
+    waited = (pressure.read_text().split()[1].removeprefix("avg10=") + "% of the last 10 s"
+              if pressure.exists() else "unknown")
+    return (f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; tasks waiting "
+            f"for a CPU: {waited}")
+
+
+def report(name: str, latencies: list[float], took: float, cpu: dict[str, float]
+           ) -> dict[str, float]:
     p50, p95, p99 = np.percentile(np.array(latencies) * 1000, [50, 95, 99])
     rate = len(latencies) / took
-    print(f"  {name:<34} {len(latencies):>7,} decisions {rate:>8,.0f}/s   "
-          f"p50 {p50:6.1f}  p95 {p95:6.1f}  p99 {p99:6.1f} ms", flush=True)
-    return {"p50": p50, "p95": p95, "p99": p99, "rate": rate}
+    per_decision = {process: 1000 * seconds / len(latencies) for process, seconds in cpu.items()}
+    print(f"  {name:<22} {len(latencies):>7,} decisions {rate:>6,.0f}/s  p50 {p50:6.1f}  "
+          f"p95 {p95:6.1f}  p99 {p99:6.1f} ms  CPU ms/decision: "
+          + " ".join(f"{process} {ms:.2f}" for process, ms in per_decision.items())
+          + f" (sum {sum(per_decision.values()):.2f})", flush=True)
+    return {"p50": p50, "p95": p95, "p99": p99, "rate": rate,
+            **{f"cpu {process}": ms for process, ms in per_decision.items()}}
 
 
 async def open_loop(trip: Trip, rate: float, seconds: float) -> tuple[list[float], float]:
@@ -98,7 +125,7 @@ class RawKafka:
         self.producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, acks=1)
         self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                                       fetch_max_wait_ms=20)
-        tp = TopicPartition(topics.decisions, partition_for(LEARNER, PARTITIONS))
+        tp = TopicPartition(topics.decisions, partition_for(FLOOR, PARTITIONS))
         self.consumer.assign([tp])
         self.consumer.seek_to_end(tp)
         self.consumer.position(tp)
@@ -123,14 +150,14 @@ class RawKafka:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         self.waiting[event_id] = (loop, future)
-        key = LEARNER.encode()
+        key = FLOOR.encode()
         # (send() only queues the record: kafka-python's sender thread produces it at once)
         self.producer.send(self.topics.contexts, orjson.dumps(
-            {"learner_id": LEARNER, "event_id": event_id, **CONTEXT}), key)
+            {"learner_id": FLOOR, "event_id": event_id, **CONTEXT}), key)
         await future
         decided = time.perf_counter() - started
         self.producer.send(self.topics.feedback, orjson.dumps(
-            {"learner_id": LEARNER, "event_id": event_id, "label": "cat"}), key)
+            {"learner_id": FLOOR, "event_id": event_id, "label": "cat"}), key)
         return decided
 
     def close(self) -> None:
@@ -185,15 +212,19 @@ class KeepAlive:
             writer.close()
 
 
-async def client_paths(bootstrap: str, gateway_port: int) -> dict[str, dict[str, float]]:
+async def client_paths(bootstrap: str, gateway_port: int, processes: dict[str, int]
+                       ) -> dict[str, dict[str, float]]:
+    """The three paths' figures; ``processes``: the pids whose CPU time is counted (this
+    process is counted as "bench")."""
+    processes = {**processes, "bench": os.getpid()}
     results = {}
     async with AsyncClient(bootstrap, prefix=PREFIX) as bf:
 
         async def client_trip() -> float:
             started = time.perf_counter()
-            decision = await bf.decide(LEARNER, **CONTEXT)
+            decision = await bf.decide(CLIENT, **CONTEXT)
             decided = time.perf_counter() - started
-            await bf.feedback(LEARNER, decision.event_id, label="cat")
+            await bf.feedback(CLIENT, decision.event_id, label="cat")
             return decided
 
         http = KeepAlive(gateway_port, IN_FLIGHT)
@@ -202,11 +233,11 @@ async def client_paths(bootstrap: str, gateway_port: int) -> dict[str, dict[str,
 
         async def gateway_trip() -> float:
             started = time.perf_counter()
-            status, body = await http.post(f"/v1/learners/{LEARNER}/decisions", context)
+            status, body = await http.post(f"/v1/learners/{GATEWAY}/decisions", context)
             decided = time.perf_counter() - started
             assert status == 200, body
             event_id = orjson.loads(body)["event_id"]
-            status, body = await http.post(f"/v1/learners/{LEARNER}/feedback", orjson.dumps(
+            status, body = await http.post(f"/v1/learners/{GATEWAY}/feedback", orjson.dumps(
                 {"event_id": event_id, "label": "cat"}))
             assert status == 202, body
             return decided
@@ -227,12 +258,16 @@ async def client_paths(bootstrap: str, gateway_port: int) -> dict[str, dict[str,
                     print(f"the highest rate each sustains ({IN_FLIGHT} calls in flight, with "
                           "feedback):")
                 pooled: dict[str, tuple[list[float], float]] = {name: ([], 0.0) for name in paths}
+                cpu = {name: dict.fromkeys(processes, 0.0) for name in paths}
                 for _ in range(ROUNDS):
                     for name, trip in paths.items():
+                        before = {process: cpu_seconds(pid) for process, pid in processes.items()}
                         latencies, took = await run(trip)
+                        for process, pid in processes.items():
+                            cpu[name][process] += cpu_seconds(pid) - before[process]
                         pooled[name] = (pooled[name][0] + latencies, pooled[name][1] + took)
                 for name in paths:
-                    results[f"{name} {mode}"] = report(name, *pooled[name])
+                    results[f"{name} {mode}"] = report(name, *pooled[name], cpu[name])
         finally:
             raw.close()
             await http.close()
@@ -245,15 +280,20 @@ def test_client_and_gateway_round_trips(tmp_path: Path) -> None:
         worker = start_worker(broker.bootstrap, web_port, PARTITIONS, PREFIX,
                               tmp_path / "worker.log")
         gateway_log = open(tmp_path / "gateway.log", "ab")  # noqa: SIM115 (closed below)
-        gateway = subprocess.Popen(
-            [sys.executable, "-m", "banditflow.streams.cli", "gateway", "--bootstrap",
-             broker.bootstrap, "--prefix", PREFIX, "--port", str(gateway_port),
-             "--metrics-port", str(free_port())],
-            stdout=gateway_log, stderr=subprocess.STDOUT)
+        gateway: subprocess.Popen[bytes] | None = None
         try:
-            wait_until_ready(worker, web_port, timeout_s=90)
+            wait_until_ready(worker, web_port, timeout_s=90)  # (it creates the topics)
+            gateway = subprocess.Popen(
+                [sys.executable, "-m", "banditflow.streams.cli", "gateway", "--bootstrap",
+                 broker.bootstrap, "--prefix", PREFIX, "--port", str(gateway_port),
+                 "--metrics-port", str(free_port())],
+                stdout=gateway_log, stderr=subprocess.STDOUT)
             producer = KafkaProducer(bootstrap_servers=broker.bootstrap)
-            producer.send(Topics(PREFIX).learners, orjson.dumps(CONFIG), LEARNER.encode())
+            for learner in (FLOOR, CLIENT, GATEWAY):
+                producer.send(Topics(PREFIX).learners, orjson.dumps(
+                    {"learner_id": learner, "family": "conformal", "algorithm": "sps",
+                     "params": {"target_coverage": 0.9, "horizon": 1_000_000}}),
+                    learner.encode())
             producer.close()
             deadline = time.monotonic() + 60
             while True:
@@ -264,9 +304,14 @@ def test_client_and_gateway_round_trips(tmp_path: Path) -> None:
                     assert time.monotonic() < deadline and gateway.poll() is None, (
                         (tmp_path / "gateway.log").read_text())
                     time.sleep(0.2)
-            results = asyncio.run(client_paths(broker.bootstrap, gateway_port))
+            print(f"\nbefore: {machine_load()}")
+            assert broker.process is not None
+            results = asyncio.run(client_paths(broker.bootstrap, gateway_port, {
+                "gateway": gateway.pid, "worker": worker.pid, "broker": broker.process.pid}))
+            print(f"after: {machine_load()}")
         finally:
-            stop(gateway)
+            if gateway is not None:
+                stop(gateway)
             gateway_log.close()
             stop(worker)
     floor, client = results[f"floor (kafka-python) @{RATE}"], results[f"AsyncClient @{RATE}"]

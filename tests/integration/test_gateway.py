@@ -332,3 +332,78 @@ def test_gateways_side_by_side(broker, start_worker, start_gateway, keys_file: P
 
     for event_id, decision in asyncio.run(run()):
         assert decision["event_id"] == event_id and decision["learner_id"] == "shop"
+
+
+@pytest.mark.embedded_broker
+def test_ready_says_when_the_broker_is_lost(tmp_path: Path) -> None:
+    """A broker lost after the gateway started: /ready turns 503 with the reason (its client
+    has not heard from the broker), /healthz stays 200 (the process is alive)."""
+    from banditflow.streams.broker import EmbeddedBroker
+    from banditflow.streams.demo import stop
+    from banditflow.streams.topics import Topics, ensure_topics
+
+    with EmbeddedBroker(port=free_port(), log_path=tmp_path / "broker.log") as lost:
+        ensure_topics(lost.connection, Topics("gwlost"), 1)
+        port = free_port()
+        with open(tmp_path / "gateway.log", "ab") as log:
+            process = subprocess.Popen(
+                gateway_command(lost.bootstrap, "gwlost", "--port", str(port),
+                                "--metrics-port", str(free_port())),
+                stdout=log, stderr=subprocess.STDOUT)
+        try:
+            url = f"http://127.0.0.1:{port}"
+
+            def ready() -> httpx.Response | None:
+                try:
+                    return httpx.get(f"{url}/ready")
+                except httpx.HTTPError:
+                    return None
+
+            deadline = time.monotonic() + 60
+            while (answer := ready()) is None or answer.status_code != 200:
+                assert time.monotonic() < deadline and process.poll() is None, (
+                    (tmp_path / "gateway.log").read_text())
+                time.sleep(0.2)
+            time.sleep(6)  # longer than the silence /ready tolerates: a healthy broker answers
+            assert httpx.get(f"{url}/ready").text == "ready"
+
+            lost.stop()
+            stopped = time.monotonic()
+            while (answer := httpx.get(f"{url}/ready")).status_code == 200:
+                assert time.monotonic() - stopped < 20, "/ready did not notice the lost broker"
+                time.sleep(0.2)
+            assert answer.status_code == 503
+            assert answer.text.startswith(f"not ready: no answer from the broker "
+                                          f"({lost.bootstrap}) for "), answer.text
+            assert httpx.get(f"{url}/healthz").status_code == 200
+        finally:
+            stop(process)
+
+
+def test_the_compose_gateway_is_the_cli_s() -> None:
+    """deploy/docker-compose.yml (not run here: no Docker engine) parses as YAML, every
+    banditflow service's command is one the CLI accepts, and the gateway service mounts the
+    keys file its command names, publishes its API port and checks its /ready."""
+    import yaml
+
+    from banditflow.streams.cli import build_parser
+
+    deploy = Path(__file__).resolve().parents[2] / "deploy"
+    compose = yaml.safe_load((deploy / "docker-compose.yml").read_text())
+    ours = {name: service for name, service in compose["services"].items()
+            if service.get("build", {}).get("dockerfile") == "deploy/Dockerfile"}
+    assert {"worker", "simulate", "gateway"} <= set(ours)
+    for service in ours.values():
+        command = service["command"]
+        build_parser(command[0]).parse_args(command)  # (argparse exits on an unknown flag)
+    gateway = ours["gateway"]
+    args = build_parser("gateway").parse_args(gateway["command"])
+    assert args.host == "0.0.0.0" and args.api_keys is not None  # beyond loopback: keys
+    (secret,) = gateway["secrets"]
+    assert str(args.api_keys) == f"/run/secrets/{secret}"
+    assert compose["secrets"][secret]["file"] == "./gateway-api-keys"
+    assert (deploy / "gateway-api-keys.example").exists()
+    assert gateway["ports"] == [f"{args.port}:{args.port}"]
+    assert gateway["expose"] == [str(args.metrics_port)] and args.metrics_host == "0.0.0.0"
+    assert f"http://127.0.0.1:{args.port}/ready" in " ".join(gateway["healthcheck"]["test"])
+    assert "'/src[gateway]'" in (deploy / "Dockerfile").read_text()
