@@ -222,11 +222,11 @@ def require(
         raise LearnerError(f"parameter {name!r} must be finite, got {value!r}")
     limit = at_most if at_most is not None else MAX_INT_PARAM if kind is int else None
     if limit is not None and abs(converted) > limit:
-        raise LearnerError(f"parameter {name!r} must be at most {limit}, got {_short(converted)}")
+        raise LearnerError(f"parameter {name!r} must be at most {limit}, got {short(converted)}")
     return converted
 
 
-def _short(value: Any) -> str:
+def short(value: Any) -> str:
     """``value`` for an error message: a huge integer as a power of ten, not 5,000 digits."""
     if isinstance(value, int) and abs(value) > 10**15:
         return f"{'-' if value < 0 else ''}10**{len(str(abs(value))) - 1}"
