@@ -120,7 +120,7 @@ class SPSState(State):
 class BoundedSPSState(SPSState):
     """With ``max_values``: ``above`` holds distinct values and ``weights`` their counts."""
 
-    weights: list[int] | None = stored(absent=None)
+    weights: list[int] | None = stored(absent=None)  # noqa: RUF009 (declares a field)
 
 
 class SPS(ConformalLearner):
