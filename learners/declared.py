@@ -236,41 +236,31 @@ def _bounds(rule: Rule) -> str:
 
 class State:
     """Base of the state records: dataclasses (``kw_only``) whose fields name the attributes of
-    a learner (or a part of one) that its state keeps, typed; :func:`stored` adds how a field
-    is written. The JSON of a state is an object with one member per field, in field order.
+    a learner (or a part of one) that its state keeps, typed. The JSON of a state is an object
+    with one member per field, in field order. A field's default is its value when a state
+    lacks it (states written before the field existed).
 
     Types: int, float, bool, str (or None), ``list``, ``deque``, ``tuple``, ``dict[str, ...]``
-    of those, ``np.ndarray`` (its :func:`stored` dtype), ``Any`` (kept as it is), and a
+    of those, ``Annotated[np.ndarray, Array(...)]``, ``Any`` (kept as it is), and a
     component: an object with ``to_state()`` and ``load_state(state)`` (an oracle, a
     schedule), restored into the component the learner's parameters built.
     """
 
 
-REQUIRED = object()
-"""The ``absent`` value of a state field every state has."""
-
-
 @dataclass(frozen=True)
-class Storage:
-    """How one state field is written (see :func:`stored`)."""
+class Array:
+    """How a numpy array field is kept: ``Annotated[np.ndarray, Array(...)]``, with the
+    array's ``dtype`` and the type its entries are written as (``int`` for counts kept as
+    floats; None: ``tolist()``)."""
 
     dtype: type = float
     written_as: type | None = None
-    absent: Any = REQUIRED
-
-
-def stored(
-    *, dtype: type = float, written_as: type | None = None, absent: Any = REQUIRED
-) -> Any:
-    """A state field with: the ``dtype`` of an array field, the type its entries are written
-    as (``int`` for counts kept as floats), and its value when ``absent`` from the state (logs
-    written before the field existed)."""
-    return field(default=None, metadata={"stored": Storage(dtype, written_as, absent)})
 
 
 Encode = Callable[[Any], Any]
 Decode = Callable[[Any, Any], Any]  # (JSON value, current attribute value) -> new value
 _codecs: dict[type, list[tuple[str, Encode, Decode, Any, bool]]] = {}
+_NO_DEFAULT = object()
 
 
 def dump(owner: object, record: type[State]) -> JSON:
@@ -280,13 +270,13 @@ def dump(owner: object, record: type[State]) -> JSON:
 
 def load(owner: object, record: type[State], state: Mapping[str, Any]) -> None:
     """Set the attributes of ``owner`` named by ``record`` from :func:`dump` output (or from an
-    older state: a field with an ``absent`` value may be missing). Components are restored in
+    older state: a field with a default may be missing). Components are restored in
     place; the other attributes are set once every field has been read."""
     values = {}
     for name, _, decode, absent, component in _codec(record):
         if name in state:
             value = decode(state[name], getattr(owner, name))
-        elif absent is not REQUIRED:
+        elif absent is not _NO_DEFAULT:
             value = decode(absent, getattr(owner, name))
         else:
             raise LearnerError(f"the learner state has no {name!r}")
@@ -298,12 +288,12 @@ def load(owner: object, record: type[State], state: Mapping[str, Any]) -> None:
 
 def _codec(record: type[State]) -> list[tuple[str, Encode, Decode, Any, bool]]:
     if record not in _codecs:
-        hints = typing.get_type_hints(record)
+        hints = typing.get_type_hints(record, include_extras=True)
         codec = []
         for f in dataclasses.fields(record):  # type: ignore[arg-type]
-            storage = f.metadata.get("stored", Storage())
-            encode, decode = _coder(hints[f.name], storage, f.name)
-            codec.append((f.name, encode, decode, storage.absent, _component(hints[f.name])))
+            encode, decode = _coder(hints[f.name], f.name)
+            absent = _NO_DEFAULT if f.default is MISSING else f.default
+            codec.append((f.name, encode, decode, absent, _component(hints[f.name])))
         _codecs[record] = codec
     return _codecs[record]
 
@@ -312,11 +302,13 @@ def _component(hint: Any) -> bool:
     return isinstance(hint, type) and hasattr(hint, "to_state") and hasattr(hint, "load_state")
 
 
-def _coder(hint: Any, storage: Storage, name: str) -> tuple[Encode, Decode]:
+def _coder(hint: Any, name: str) -> tuple[Encode, Decode]:
     """The encoder and decoder of a value of type ``hint``."""
+    if typing.get_origin(hint) is typing.Annotated:
+        return _array_coder(typing.get_args(hint)[1], name)
     if _union(hint):
         options = [a for a in typing.get_args(hint) if a is not type(None)]
-        encode, decode = _coder(options[0], storage, name)
+        encode, decode = _coder(options[0], name)
         return (lambda v: None if v is None else encode(v),
                 lambda d, current: None if d is None else decode(d, current))
     origin, args = typing.get_origin(hint), typing.get_args(hint)
@@ -324,21 +316,19 @@ def _coder(hint: Any, storage: Storage, name: str) -> tuple[Encode, Decode]:
         return (lambda v: v), (lambda d, current: hint(d))
     if hint is Any:
         return (lambda v: v), (lambda d, current: d)
-    if hint is np.ndarray:
-        return _array_coder(storage, name)
     if origin in (list, deque):
-        encode_item, decode_item = _coder(args[0], storage, name)
+        encode_item, decode_item = _coder(args[0], name)
         if args[0] in (int, float, str):  # (the common case, as fast as it can be)
             return list, lambda d, current: origin(decode_item(x, None) for x in d)
         return (lambda v: [encode_item(x) for x in v],
                 lambda d, current: origin(decode_item(x, None) for x in d))
     if origin is tuple:
-        coders = [_coder(arg, storage, name) for arg in args]
+        coders = [_coder(arg, name) for arg in args]
         return (lambda v: [e(x) for (e, _), x in zip(coders, v, strict=True)],
                 lambda d, current: tuple(dec(x, None) for (_, dec), x in zip(coders, d,
                                                                                strict=True)))
     if origin is dict:
-        encode_item, decode_item = _coder(args[1], storage, name)
+        encode_item, decode_item = _coder(args[1], name)
         if _component(args[1]):  # components keyed by name, each restored in place
             return (lambda v: {k: encode_item(x) for k, x in v.items()},
                     lambda d, current: {k: decode_item(d[k], x) for k, x in current.items()})
@@ -352,7 +342,7 @@ def _coder(hint: Any, storage: Storage, name: str) -> tuple[Encode, Decode]:
     raise TypeError(f"state field {name!r}: no codec for {hint!r}")
 
 
-def _array_coder(storage: Storage, name: str) -> tuple[Encode, Decode]:
+def _array_coder(storage: Array, name: str) -> tuple[Encode, Decode]:
     written = storage.written_as
 
     def encode(value: np.ndarray) -> Any:

@@ -69,7 +69,7 @@ import numpy as np
 
 from banditflow.learners.base import LearnerError
 from banditflow.learners.conformal.base import ConformalLearner, ConformalParams
-from banditflow.learners.declared import State, param, stored
+from banditflow.learners.declared import State, param
 
 MIN_MAX_VALUES = 16
 
@@ -112,15 +112,15 @@ class SPSState(State):
     n: int
     n_le: int
     above: list[float]
-    dropped: int = stored(absent=0)
-    drop_floor: float | None = stored(absent=None)
+    dropped: int = 0
+    drop_floor: float | None = None
 
 
 @dataclass(kw_only=True)
 class BoundedSPSState(SPSState):
     """With ``max_values``: ``above`` holds distinct values and ``weights`` their counts."""
 
-    weights: list[int] | None = stored(absent=None)  # noqa: RUF009 (declares a field)
+    weights: list[int] | None = None
 
 
 class SPS(ConformalLearner):
