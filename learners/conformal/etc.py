@@ -68,7 +68,7 @@ def sps_burn_in(coverage: float, horizon: int) -> int:
 @dataclass(frozen=True, kw_only=True)
 class ETCParams(ConformalParams):
     horizon: int = param(ge=2, what="T")
-    explore_rounds: int | None = param(None)
+    explore_rounds: int | None = None
     """m; None: the SPS burn-in for the horizon."""
 
     def validated(self) -> Self:

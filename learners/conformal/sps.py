@@ -86,7 +86,7 @@ def anytime_log_term(n: int, delta: float) -> float:
 
 @dataclass(frozen=True, kw_only=True)
 class SPSParams(ConformalParams):
-    horizon: int | None = param(None)
+    horizon: int | None = None
     """T, required by the fixed schedule."""
     schedule: str | None = param(None, choices=("fixed", "anytime"))
     """None: ``fixed`` when a horizon is given, else ``anytime``."""
