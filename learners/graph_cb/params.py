@@ -6,7 +6,7 @@
 >>> try:
 ...     GraphCBParams.read({"action_features": 2, "actions": 3})
 ... except ValueError as error:
-...     print(str(error)[:45])
+...     print(str(error)[:47])
 parameter 'actions' belongs to the fixed-K form
 """
 
