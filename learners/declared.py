@@ -16,14 +16,17 @@ declare, as river reads an estimator's parameters from its ``__init__``.
 ...     window: int = param(1000, ge=1, what="retained scores")
 >>> WindowParams.read({"alpha": 0.8})
 WindowParams(target_coverage=0.8, window=1000)
->>> for bad in ({"window": 0}, {"window": "all"}, {"alpha": 0.8, "target_coverage": 0.8}):
+>>> for bad in ({"window": 0}, {"window": "all"}, {"window": 10**30},
+...             {"alpha": 0.8, "target_coverage": 0.8}, {"windows": 5}):
 ...     try:
 ...         WindowParams.read(bad)
 ...     except LearnerError as error:
 ...         print(error)
 parameter 'window' (retained scores) must be >= 1, got 0
 parameter 'window' must be int, got 'all'
+parameter 'window' must be at most 9007199254740992, got 10**30
 give 'target_coverage' (or its former name 'alpha'), not both
+unknown parameter(s) 'windows'; known: alpha, target_coverage, window
 """
 
 from __future__ import annotations
@@ -34,12 +37,17 @@ import types
 import typing
 from collections import deque
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import MISSING, dataclass, field
 from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from banditflow.learners.base import JSON, MAX_INT_PARAM, LearnerError, check_unknown, short
+from banditflow.learners.base import JSON, LearnerError
+
+# Integer parameters are exact in a float (what JSON clients and the learners' arithmetic
+# assume); sizes have their own, smaller caps (``cap``).
+MAX_INT_PARAM = 2**53
 
 # --- parameters ---------------------------------------------------------------------------
 
@@ -229,6 +237,22 @@ def _bounds(rule: Rule) -> str:
     if low is not None:
         return f"{'>=' if rule.ge is not None else '>'} {low}"
     return f"{'<=' if rule.le is not None else '<'} {high}"
+
+
+def check_unknown(params: Mapping[str, Any], known: AbstractSet[str]) -> None:
+    """Reject parameters the algorithm does not know (typos would otherwise pass silently)."""
+    unknown = sorted(set(params) - known)
+    if unknown:
+        names = ", ".join(map(repr, unknown))
+        raise LearnerError(f"unknown parameter(s) {names}; known: {', '.join(sorted(known))}")
+
+
+def short(value: Any) -> str:
+    """``value`` for an error message: a huge integer as a power of ten, not 5,000 digits."""
+    if isinstance(value, int) and abs(value) > 10**15:
+        return f"{'-' if value < 0 else ''}10**{len(str(abs(value))) - 1}"
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 # --- state --------------------------------------------------------------------------------

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Self
 
-from banditflow.learners.base import MAX_STATE_NUMBERS, LearnerError, short
-from banditflow.learners.declared import Params, param
+from banditflow.learners.base import MAX_STATE_NUMBERS, LearnerError
+from banditflow.learners.declared import Params, param, short
 from banditflow.learners.graph_cb.oracles import LAYOUTS, ORACLES, UPDATES
 from banditflow.learners.graph_cb.schedules import SCHEDULES
 
