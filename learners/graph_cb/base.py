@@ -5,7 +5,7 @@ schedule, turns ``(fhat, G, gamma)`` into a distribution p (the only part subcla
 implement: :meth:`GraphCBLearner.distribution`), samples the action from ``rng``, and later
 trains the oracle once on every revealed loss (unweighted square loss, no importance weights).
 
-Parameters common to all algorithms:
+Parameters common to all algorithms (declared in :mod:`banditflow.learners.graph_cb.params`):
 
 * ``actions`` K (optional when ``graph`` is given); ``graph`` (K x K list, ``G[a][j]`` = P(a
   reveals j)) or ``graph_kind`` (bandit, full, cops_and_robbers, apple_tasting, inventory);
@@ -14,8 +14,7 @@ Parameters common to all algorithms:
   ``per_action``: one vector per action), ``update`` (``sgd`` or ``rls``), ``learning_rate``
   (sgd, default 0.1), ``ridge`` (rls prior, default 1), ``bias`` (default true); ``oracle``
   (``linear``, default, or ``neural``: a torch network, with ``hidden_size``,
-  ``learning_rate`` and ``oracle_seed``, see
-  :func:`banditflow.learners.graph_cb.oracles.build_oracle`);
+  ``learning_rate`` and ``oracle_seed``, see :meth:`GraphCBLearner._oracle`);
 * schedule: ``gamma_schedule`` and its settings (:mod:`banditflow.learners.graph_cb.schedules`);
 * ``initial_oracle``: an oracle state (its ``to_state``, e.g. trained on logged rounds by
   ``banditflow warm-start``) the learner starts from instead of an untrained oracle; its
