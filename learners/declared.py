@@ -110,39 +110,15 @@ class Params:
     def read(cls, given: Mapping[str, Any]) -> Self:
         """The record of a config's ``params``; :class:`LearnerError` names a bad parameter."""
         check_unknown(given, cls.names())
-        values = {}
-        for name, kind, rule, default in cls._declared():
-            shown, value = name, given.get(name)
-            if rule.former is not None and rule.former in given:
-                if name in given:
-                    raise LearnerError(
-                        f"give {name!r} (or its former name {rule.former!r}), not both"
-                    )
-                shown, value = rule.former, given[rule.former]
-            if value is None:
-                if default is MISSING:
-                    raise LearnerError(f"parameter {name!r} is required")
-                values[name] = default
-            else:
-                values[name] = _checked(shown, value, kind, rule)
+        values = {entry[0]: _read(given, *entry) for entry in cls._declared()}
         return cls(**values).validated()
 
     @classmethod
     def read_one(cls, given: Mapping[str, Any], name: str) -> Any:
         """One parameter of a config, checked as :meth:`read` checks it (for the family's
         statistics hooks, which see the config's ``params`` at every event)."""
-        for declared, kind, rule, default in cls._declared():
-            if declared == name:
-                value = given.get(name)
-                shown = name
-                if rule.former is not None and given.get(rule.former) is not None:
-                    shown, value = rule.former, given[rule.former]
-                if value is None:
-                    if default is MISSING:
-                        raise LearnerError(f"parameter {name!r} is required")
-                    return default
-                return _checked(shown, value, kind, rule)
-        raise KeyError(name)
+        entry = next(entry for entry in cls._declared() if entry[0] == name)
+        return _read(given, *entry)
 
     def validated(self) -> Self:
         """Rules between parameters, and defaults that depend on others (``dataclasses.replace``
@@ -159,6 +135,21 @@ class Params:
                 if f.init
             ]
         return Params._fields[cls]
+
+
+def _read(given: Mapping[str, Any], name: str, kind: type | None, rule: Rule,
+          default: Any) -> Any:
+    """Parameter ``name`` of ``given`` (or its former name), checked, or its default."""
+    shown, value = name, given.get(name)
+    if rule.former is not None and rule.former in given:
+        if name in given:
+            raise LearnerError(f"give {name!r} (or its former name {rule.former!r}), not both")
+        shown, value = rule.former, given[rule.former]
+    if value is None:
+        if default is MISSING:
+            raise LearnerError(f"parameter {name!r} is required")
+        return default
+    return _checked(shown, value, kind, rule)
 
 
 def _scalar(hint: Any) -> type | None:
