@@ -272,15 +272,34 @@ class Array:
     written_as: type | None = None
 
 
-Encode = Callable[[Any], Any]
+Encode = Callable[[Any], Any] | None  # None: the value is its JSON as it is
 Decode = Callable[[Any, Any], Any]  # (JSON value, current attribute value) -> new value
 _codecs: dict[type, list[tuple[str, Encode, Decode, Any, bool]]] = {}
+_dumps: dict[type, Callable[[object], JSON]] = {}
 _NO_DEFAULT = object()
 
 
 def dump(owner: object, record: type[State]) -> JSON:
     """The JSON-serialisable state of ``owner``: its attributes named by ``record``."""
-    return {name: encode(getattr(owner, name)) for name, encode, *_ in _codec(record)}
+    if record not in _dumps:
+        _dumps[record] = _compiled_dump(_codec(record))
+    return _dumps[record](owner)
+
+
+def _compiled_dump(codec: list[tuple[str, Encode, Decode, Any, bool]]) -> Callable[[object], JSON]:
+    """``dump`` for one record as a function that builds the dict literally, as a hand-written
+    ``to_state`` would (it runs at every commit of a changed learner; dataclasses compiles
+    its ``__init__`` the same way). Field names are identifiers, so the source is safe."""
+    encoders: dict[str, Any] = {}
+    members = []
+    for index, (name, encode, *_) in enumerate(codec):
+        if encode is None:
+            members.append(f"{name!r}: owner.{name}")
+        else:
+            encoders[f"encode{index}"] = encode
+            members.append(f"{name!r}: encode{index}(owner.{name})")
+    exec(f"def dump(owner):\n    return {{{', '.join(members)}}}\n", encoders)
+    return encoders["dump"]  # type: ignore[no-any-return]
 
 
 def load(owner: object, record: type[State], state: Mapping[str, Any]) -> None:
@@ -324,31 +343,32 @@ def _coder(hint: Any, name: str) -> tuple[Encode, Decode]:
     if _union(hint):
         options = [a for a in typing.get_args(hint) if a is not type(None)]
         encode, decode = _coder(options[0], name)
-        return (lambda v: None if v is None else encode(v),
+        return (None if encode is None else lambda v: None if v is None else encode(v),
                 lambda d, current: None if d is None else decode(d, current))
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint in (int, float, bool, str):
-        return (lambda v: v), (lambda d, current: hint(d))
+        return None, lambda d, current: hint(d)
     if hint is Any:
-        return (lambda v: v), (lambda d, current: d)
+        return None, lambda d, current: d
     if origin in (list, deque):
         encode_item, decode_item = _coder(args[0], name)
-        if args[0] in (int, float, str):  # (the common case, as fast as it can be)
-            return list, lambda d, current: origin(decode_item(x, None) for x in d)
-        return (lambda v: [encode_item(x) for x in v],
+        if args[0] in (int, float, bool, str):  # (the common case: as fast as it can be)
+            return list, lambda d, current: origin(map(args[0], d))
+        return (list if encode_item is None else lambda v: [encode_item(x) for x in v],
                 lambda d, current: origin(decode_item(x, None) for x in d))
     if origin is tuple:
         coders = [_coder(arg, name) for arg in args]
-        return (lambda v: [e(x) for (e, _), x in zip(coders, v, strict=True)],
+        return (lambda v: [x if e is None else e(x) for (e, _), x in zip(coders, v, strict=True)],
                 lambda d, current: tuple(dec(x, None) for (_, dec), x in zip(coders, d,
                                                                                strict=True)))
     if origin is dict:
         encode_item, decode_item = _coder(args[1], name)
+        encode_all = (dict if encode_item is None
+                      else lambda v: {k: encode_item(x) for k, x in v.items()})
         if _component(args[1]):  # components keyed by name, each restored in place
-            return (lambda v: {k: encode_item(x) for k, x in v.items()},
-                    lambda d, current: {k: decode_item(d[k], x) for k, x in current.items()})
-        return (lambda v: {k: encode_item(x) for k, x in v.items()},
-                lambda d, current: {str(k): decode_item(x, None) for k, x in d.items()})
+            return encode_all, lambda d, current: {k: decode_item(d[k], x)
+                                                   for k, x in current.items()}
+        return encode_all, lambda d, current: {str(k): decode_item(x, None) for k, x in d.items()}
     if _component(hint):
         def restore(d: Any, current: Any) -> Any:
             current.load_state(d)
