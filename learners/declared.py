@@ -147,7 +147,7 @@ def _read(given: Mapping[str, Any], name: str, kind: type | None, rule: Rule,
         shown, value = rule.former, given[rule.former]
     if value is None:
         if default is MISSING:
-            raise LearnerError(f"parameter {name!r} is required")
+            raise LearnerError(f"parameter {name!r}{_what(rule)} is required")
         return default
     return _checked(shown, value, kind, rule)
 
