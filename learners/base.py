@@ -12,17 +12,17 @@ A learner is a small, pure state machine driven by three verbs:
   (fully) arrived.
 
 State is a JSON-serialisable dict (``to_state`` / ``from_state``) that stays compact: the
-worker writes it whole to its state log at every commit that follows an update. All
+worker writes it whole to its state log at every commit that follows an update. The built-in
+families declare their parameters and state as records and inherit ``from_params``,
+``to_state`` and ``load_state`` from :class:`banditflow.learners.declared.Declared`. All
 randomness comes from the ``rng`` argument, which the processors derive from the learner
 seed and the event id, so a replay reproduces every decision.
 """
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
@@ -68,7 +68,8 @@ class Learner(ABC):
 
     family: ClassVar[str]
     algorithm: ClassVar[str]
-    #: The algorithm's own parameters (families add their common ones in ``parameters``).
+    #: The parameters of a learner that reads them by hand (a declared learner's are its
+    #: params record's fields: :class:`banditflow.learners.declared.Declared`).
     PARAMS: ClassVar[set[str]] = set()
 
     @classmethod
@@ -181,57 +182,11 @@ def add_stat(stats: Stats, name: str, value: float = 1.0) -> None:
     stats[name] = stats.get(name, 0.0) + value
 
 
-# Integer parameters are exact in a float (what JSON clients and the learners' arithmetic
-# assume); sizes have their own, smaller caps (``at_most``).
-MAX_INT_PARAM = 2**53
 # The smallest ridge (lambda of lambda I) a learner takes: I / lambda must stay finite, or
 # the state would hold infinities (which no JSON, and so no state log, can carry).
 MIN_RIDGE = 1e-12
 # The most numbers a learner's state may hold: it is snapshotted whole in the state log.
 MAX_STATE_NUMBERS = 10_000_000
-
-
-def require(
-    params: Mapping[str, Any],
-    name: str,
-    kind: type,
-    default: Any = None,
-    *,
-    at_most: int | None = None,
-) -> Any:
-    """Read one parameter, with a default, converting and naming the parameter on error.
-
-    Integers are at most ``at_most`` in magnitude, :data:`MAX_INT_PARAM` by default.
-
-    >>> require({"horizon": 100}, "horizon", int)
-    100
-    >>> try:
-    ...     require({"horizon": 10**30}, "horizon", int)
-    ... except LearnerError as error:
-    ...     print(error)
-    parameter 'horizon' must be at most 9007199254740992, got 10**30
-    """
-    value = params.get(name, default)
-    if value is None:
-        raise LearnerError(f"parameter {name!r} is required")
-    try:
-        converted = kind(value)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise LearnerError(f"parameter {name!r} must be {kind.__name__}, got {value!r}") from exc
-    if isinstance(converted, float) and not math.isfinite(converted):
-        raise LearnerError(f"parameter {name!r} must be finite, got {value!r}")
-    limit = at_most if at_most is not None else MAX_INT_PARAM if kind is int else None
-    if limit is not None and abs(converted) > limit:
-        raise LearnerError(f"parameter {name!r} must be at most {limit}, got {_short(converted)}")
-    return converted
-
-
-def _short(value: Any) -> str:
-    """``value`` for an error message: a huge integer as a power of ten, not 5,000 digits."""
-    if isinstance(value, int) and abs(value) > 10**15:
-        return f"{'-' if value < 0 else ''}10**{len(str(abs(value))) - 1}"
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 def check_state_size(numbers: int, what: str) -> None:
@@ -241,11 +196,3 @@ def check_state_size(numbers: int, what: str) -> None:
             f"{what} would keep {numbers:,} numbers in the learner's state, over the limit of "
             f"{MAX_STATE_NUMBERS:,}"
         )
-
-
-def check_unknown(params: Mapping[str, Any], known: AbstractSet[str]) -> None:
-    """Reject parameters the algorithm does not know (typos would otherwise pass silently)."""
-    unknown = sorted(set(params) - known)
-    if unknown:
-        names = ", ".join(map(repr, unknown))
-        raise LearnerError(f"unknown parameter(s) {names}; known: {', '.join(sorted(known))}")

@@ -49,38 +49,39 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from collections.abc import Mapping
-from typing import Any, ClassVar, Self
+from dataclasses import dataclass
+from typing import ClassVar
 
-from banditflow.learners.base import LearnerError, check_unknown, require
-from banditflow.learners.conformal.base import ConformalLearner, target_coverage
+from banditflow.learners.conformal.base import ConformalLearner, ConformalParams
+from banditflow.learners.declared import State, param
+
+
+@dataclass(frozen=True, kw_only=True)
+class ACIParams(ConformalParams):
+    gamma: float = param(0.005, gt=0, what="step size")
+    window: int = param(1000, ge=1, what="retained scores")
+
+
+@dataclass(kw_only=True)
+class ACIState(State):
+    level: float
+    recent: deque[float]
 
 
 class ACI(ConformalLearner):
     """ACI with the quantile of the covered rounds' scores; see the module docstring."""
 
     algorithm: ClassVar[str] = "aci"
-    PARAMS: ClassVar[set[str]] = {"target_coverage", "gamma", "window"}
+    Params = ACIParams
+    State = ACIState
 
-    def __init__(self, target_coverage: float, gamma: float, window: int) -> None:
-        self.target_coverage = target_coverage
-        self.gamma = gamma
-        self.window = window
-        self.level = 1.0 - target_coverage  # a_t, the current miscoverage level
+    def __init__(self, params: ACIParams) -> None:
+        super().__init__(params)
+        self.gamma = params.gamma
+        self.window = params.window
+        self.level = 1.0 - params.target_coverage  # a_t, the current miscoverage level
         self.recent: deque[float] = deque()  # observed scores, oldest first
         self.ordered: list[float] = []  # the same scores, sorted
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> Self:
-        check_unknown(params, cls.parameters())
-        coverage = target_coverage(params)
-        gamma = require(params, "gamma", float, 0.005)
-        if gamma <= 0.0:
-            raise LearnerError(f"parameter 'gamma' (step size) must be > 0, got {gamma}")
-        window = require(params, "window", int, 1000)
-        if window < 1:
-            raise LearnerError(f"parameter 'window' (retained scores) must be >= 1, got {window}")
-        return cls(coverage, gamma, window)
 
     @property
     def threshold(self) -> float:
@@ -105,10 +106,5 @@ class ACI(ConformalLearner):
     def summary(self) -> dict[str, float | list[float]]:
         return {"threshold": self.threshold, "miscoverage_level": self.level}
 
-    def to_state(self) -> dict[str, Any]:
-        return {"level": self.level, "recent": list(self.recent)}
-
-    def load_state(self, state: Mapping[str, Any]) -> None:
-        self.level = float(state["level"])
-        self.recent = deque(float(v) for v in state["recent"])
+    def restored(self) -> None:
         self.ordered = sorted(self.recent)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from abc import abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -22,29 +23,27 @@ from banditflow.learners.base import (
     LearnerError,
     Stats,
     add_stat,
-    require,
 )
 from banditflow.learners.conformal.regret import conformal_round_regret
+from banditflow.learners.declared import Declared, Params, param
 
 
-def target_coverage(params: Mapping[str, Any]) -> float:
-    """The ``target_coverage`` parameter (default 0.9), checked to lie in (0, 1).
+@dataclass(frozen=True, kw_only=True)
+class ConformalParams(Params):
+    """The parameter every conformal algorithm takes. ``alpha`` is the former name of
+    ``target_coverage``, still accepted: in the conformal literature alpha is the miscoverage
+    (a target coverage of 1 - alpha), the reverse of what it meant here.
 
-    ``alpha`` is its former name, still accepted: in the conformal literature alpha is the
-    miscoverage (a target coverage of 1 - alpha), the reverse of what it meant here.
-
-    >>> target_coverage({"target_coverage": 0.8}), target_coverage({"alpha": 0.8})
-    (0.8, 0.8)
+    >>> ConformalParams.read({"target_coverage": 0.8}), ConformalParams.read({"alpha": 0.8})
+    (ConformalParams(target_coverage=0.8), ConformalParams(target_coverage=0.8))
     """
-    if "alpha" in params and "target_coverage" in params:
-        raise LearnerError("give 'target_coverage' (or its former name 'alpha'), not both")
-    name = "alpha" if "alpha" in params else "target_coverage"
-    coverage = require(params, name, float, 0.9)
-    if not 0.0 < coverage < 1.0:
-        raise LearnerError(
-            f"parameter {name!r} (target coverage) must be in (0, 1), got {coverage}"
-        )
-    return coverage
+
+    target_coverage: float = param(0.9, gt=0, lt=1, what="target coverage", former="alpha")
+
+
+def target_miscoverage(params: Mapping[str, Any]) -> float:
+    """``1 - target_coverage`` of a config's ``params``."""
+    return 1.0 - ConformalParams.read_one(params, "target_coverage")
 
 
 def validate_context(context: Mapping[str, Any]) -> tuple[list[Any], list[float]]:
@@ -60,14 +59,13 @@ def validate_context(context: Mapping[str, Any]) -> tuple[list[Any], list[float]
     return list(labels), [float(s) for s in scores]
 
 
-class ConformalLearner(Learner):
+class ConformalLearner(Declared, Learner):
     """Base of the conformal family. ``threshold`` is -inf for the full set."""
 
     family: ClassVar[str] = "conformal"
 
-    @classmethod
-    def parameters(cls) -> frozenset[str]:
-        return frozenset(cls.PARAMS | {"alpha"})  # target_coverage's former name
+    def __init__(self, params: ConformalParams) -> None:
+        self.target_coverage = params.target_coverage
 
     @classmethod
     def stats_on_decided(
@@ -82,7 +80,7 @@ class ConformalLearner(Learner):
         if estimate is None:
             feedback = stats.get("feedback", 0.0)
             estimate = 1.0 - stats.get("covered", 0.0) / feedback if feedback else 0.0
-        target = 1.0 - target_coverage(params)
+        target = target_miscoverage(params)
         add_stat(stats, "regret_estimate", conformal_round_regret(float(estimate), target))
 
     @classmethod
@@ -98,7 +96,7 @@ class ConformalLearner(Learner):
         if truth.get("miscoverage") is not None:
             target = truth.get("target_miscoverage")
             if target is None:
-                target = 1.0 - target_coverage(params)
+                target = target_miscoverage(params)
             add_stat(stats, "regret_exact", conformal_round_regret(truth["miscoverage"], target))
 
     @classmethod
@@ -180,8 +178,6 @@ class ConformalLearner(Learner):
     def expire(self, pending: Mapping[str, Any]) -> Learned:
         self.observe(None)  # timeouts count as misses: safe, they can only lower tau
         return Learned(done=True, metrics={"covered": 0.0, "timed_out": 1.0})
-
-    target_coverage: float  # set by every algorithm
 
     def summary(self) -> dict[str, float | list[float]]:
         return {"threshold": self.threshold, "coverage_target": self.target_coverage}

@@ -45,36 +45,39 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar, Self
+from dataclasses import dataclass
+from typing import ClassVar
 
-from banditflow.learners.base import LearnerError, check_unknown, require
-from banditflow.learners.conformal.base import ConformalLearner, target_coverage
+from banditflow.learners.conformal.base import ConformalLearner, ConformalParams
+from banditflow.learners.declared import State, param
 
 STEP_DECAY = 0.6  # eta_t = lr * t^(-STEP_DECAY): the paper's t^(-1/2 - eps) with eps = 0.1
+
+
+@dataclass(frozen=True, kw_only=True)
+class DLRParams(ConformalParams):
+    lr: float = param(1.0, gt=0, what="learning rate")
+    initial_threshold: float = param(0.0)
+
+
+@dataclass(kw_only=True)
+class DLRState(State):
+    tau: float
+    t: int
 
 
 class DLR(ConformalLearner):
     """Decaying-learning-rate gradient steps on the threshold; see the module docstring."""
 
     algorithm: ClassVar[str] = "dlr"
-    PARAMS: ClassVar[set[str]] = {"target_coverage", "lr", "initial_threshold"}
+    Params = DLRParams
+    State = DLRState
 
-    def __init__(self, target_coverage: float, lr: float, initial_threshold: float) -> None:
-        self.target_coverage = target_coverage
-        self.lr = lr
-        self.tau = initial_threshold
+    def __init__(self, params: DLRParams) -> None:
+        super().__init__(params)
+        self.lr = params.lr
+        self.tau = params.initial_threshold
         self.t = 0  # incorporated feedbacks
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> Self:
-        check_unknown(params, cls.parameters())
-        coverage = target_coverage(params)
-        lr = require(params, "lr", float, 1.0)
-        if lr <= 0.0:
-            raise LearnerError(f"parameter 'lr' (learning rate) must be > 0, got {lr}")
-        initial_threshold = require(params, "initial_threshold", float, 0.0)
-        return cls(coverage, lr, initial_threshold)
 
     @property
     def threshold(self) -> float:
@@ -86,10 +89,3 @@ class DLR(ConformalLearner):
         err = 1.0 if score is None else 0.0
         step = self.lr * self.t ** (-STEP_DECAY)
         self.tau -= step * (err - (1.0 - self.target_coverage))
-
-    def to_state(self) -> dict[str, Any]:
-        return {"tau": self.tau, "t": self.t}
-
-    def load_state(self, state: Mapping[str, Any]) -> None:
-        self.tau = float(state["tau"])
-        self.t = int(state["t"])

@@ -49,13 +49,15 @@ Parameters: ``target_coverage`` c (default 0.9; former name
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
-from collections.abc import Mapping
-from typing import Any, ClassVar, Self
+from dataclasses import dataclass
+from typing import ClassVar, Self
 
-from banditflow.learners.base import LearnerError, check_unknown, require
-from banditflow.learners.conformal.base import ConformalLearner, target_coverage
+from banditflow.learners.base import LearnerError
+from banditflow.learners.conformal.base import ConformalLearner, ConformalParams
 from banditflow.learners.conformal.sps import fixed_log_term
+from banditflow.learners.declared import State, param
 
 
 def sps_burn_in(coverage: float, horizon: int) -> int:
@@ -63,18 +65,49 @@ def sps_burn_in(coverage: float, horizon: int) -> int:
     return math.ceil(fixed_log_term(horizon) / (2.0 * (1.0 - coverage) ** 2))
 
 
+@dataclass(frozen=True, kw_only=True)
+class ETCParams(ConformalParams):
+    horizon: int = param(ge=2, what="T")
+    explore_rounds: int | None = None
+    """m; None: the SPS burn-in for the horizon."""
+
+    def validated(self) -> Self:
+        explore_rounds = self.explore_rounds
+        source = ""
+        if explore_rounds is None:
+            explore_rounds = sps_burn_in(self.target_coverage, self.horizon)
+            source = " (default: SPS burn-in)"
+        if not 1 <= explore_rounds <= self.horizon:
+            raise LearnerError(
+                f"parameter 'explore_rounds'{source} must be in [1, horizon={self.horizon}], "
+                f"got {explore_rounds}"
+            )
+        return dataclasses.replace(self, explore_rounds=explore_rounds)
+
+
+@dataclass(kw_only=True)
+class ETCState(State):
+    tau: float | None
+    committed: bool
+    n: int
+    n_miss: int
+    lowest: list[float]
+
+
 class ETC(ConformalLearner):
     """Explore-then-commit to the empirical quantile; see the module docstring."""
 
     algorithm: ClassVar[str] = "etc"
-    PARAMS: ClassVar[set[str]] = {"target_coverage", "horizon", "explore_rounds"}
+    Params = ETCParams
+    State = ETCState
 
-    def __init__(self, target_coverage: float, horizon: int, explore_rounds: int) -> None:
-        self.target_coverage = target_coverage
-        self.horizon = horizon
-        self.explore_rounds = explore_rounds
+    def __init__(self, params: ETCParams) -> None:
+        super().__init__(params)
+        assert params.explore_rounds is not None  # (the params record sets its default)
+        self.horizon = params.horizon
+        self.explore_rounds = params.explore_rounds
         # < 0: the full set
-        self.rank = math.floor(explore_rounds * (1.0 - target_coverage - self.width()))
+        self.rank = math.floor(self.explore_rounds * (1.0 - self.target_coverage - self.width()))
         self.n = 0  # exploration feedbacks incorporated
         self.n_miss = 0
         self.lowest: list[float] = []  # the rank + 1 smallest exploration scores, sorted
@@ -84,24 +117,6 @@ class ETC(ConformalLearner):
     def width(self) -> float:
         """The confidence width eps added to the empirical CDF at the commit (0 for ETC)."""
         return 0.0
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> Self:
-        check_unknown(params, cls.parameters())
-        coverage = target_coverage(params)
-        if params.get("horizon") is None:
-            raise LearnerError(f"{cls.algorithm} needs parameter 'horizon' (T)")
-        horizon = require(params, "horizon", int)
-        if horizon < 2:
-            raise LearnerError(f"parameter 'horizon' must be >= 2, got {horizon}")
-        explore_rounds = require(params, "explore_rounds", int, sps_burn_in(coverage, horizon))
-        if not 1 <= explore_rounds <= horizon:
-            source = "" if params.get("explore_rounds") is not None else " (default: SPS burn-in)"
-            raise LearnerError(
-                f"parameter 'explore_rounds'{source} must be in [1, horizon={horizon}], "
-                f"got {explore_rounds}"
-            )
-        return cls(coverage, horizon, explore_rounds)
 
     @property
     def threshold(self) -> float:
@@ -123,22 +138,6 @@ class ETC(ConformalLearner):
             self.tau = self.lowest[index] if index >= 0 else None
             self.lowest = []
             self.committed = True
-
-    def to_state(self) -> dict[str, Any]:
-        return {
-            "tau": self.tau,
-            "committed": self.committed,
-            "n": self.n,
-            "n_miss": self.n_miss,
-            "lowest": list(self.lowest),
-        }
-
-    def load_state(self, state: Mapping[str, Any]) -> None:
-        self.tau = state["tau"]
-        self.committed = bool(state["committed"])
-        self.n = int(state["n"])
-        self.n_miss = int(state["n_miss"])
-        self.lowest = [float(v) for v in state["lowest"]]
 
 
 class ConETC(ETC):

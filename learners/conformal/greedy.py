@@ -52,29 +52,28 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar, Self
+from dataclasses import dataclass
+from typing import ClassVar
 
-from banditflow.learners.base import LearnerError, check_unknown, require
-from banditflow.learners.conformal.base import target_coverage
-from banditflow.learners.conformal.sps import SPS
+from banditflow.learners.conformal.base import ConformalParams
+from banditflow.learners.conformal.sps import SPS, SPSParams
+from banditflow.learners.declared import param
+
+
+@dataclass(frozen=True, kw_only=True)
+class GreedyParams(ConformalParams):
+    horizon: int = param(ge=1, what="T; it bounds the memory")
 
 
 class Greedy(SPS):
     """The plug-in (no confidence width) monotone threshold: SPS with ``eps_n = 0``."""
 
     algorithm: ClassVar[str] = "greedy"
-    PARAMS: ClassVar[set[str]] = {"target_coverage", "horizon"}
+    Params = GreedyParams
 
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> Self:
-        check_unknown(params, cls.parameters())
-        if params.get("horizon") is None:
-            raise LearnerError("greedy needs parameter 'horizon' (T); it bounds the memory")
-        horizon = require(params, "horizon", int)
-        if horizon < 1:
-            raise LearnerError(f"parameter 'horizon' must be >= 1, got {horizon}")
-        return cls(target_coverage(params), "fixed", horizon, delta=0.0)
+    def __init__(self, params: GreedyParams) -> None:  # type: ignore[override]
+        super().__init__(SPSParams(target_coverage=params.target_coverage, schedule="fixed",
+                                   horizon=params.horizon, delta=0.0))
 
     def epsilon(self, n: int) -> float:
         return 0.0  # no confidence width: the empirical quantile itself

@@ -60,14 +60,16 @@ True
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
-from collections.abc import Mapping
-from typing import Any, ClassVar, Self
+from dataclasses import dataclass
+from typing import ClassVar, Self
 
 import numpy as np
 
-from banditflow.learners.base import LearnerError, check_unknown, require
-from banditflow.learners.conformal.base import ConformalLearner, target_coverage
+from banditflow.learners.base import LearnerError
+from banditflow.learners.conformal.base import ConformalLearner, ConformalParams
+from banditflow.learners.declared import State, param
 
 MIN_MAX_VALUES = 16
 
@@ -82,6 +84,45 @@ def anytime_log_term(n: int, delta: float) -> float:
     return math.log(2.0 * math.pi**2 * n * n / (6.0 * delta))
 
 
+@dataclass(frozen=True, kw_only=True)
+class SPSParams(ConformalParams):
+    horizon: int | None = None
+    """T, required by the fixed schedule."""
+    schedule: str | None = param(None, choices=("fixed", "anytime"))
+    """None: ``fixed`` when a horizon is given, else ``anytime``."""
+    delta: float = param(0.01, gt=0, lt=1)
+    max_values: int | None = param(None, ge=MIN_MAX_VALUES)
+
+    def validated(self) -> Self:
+        schedule = self.schedule or ("fixed" if self.horizon is not None else "anytime")
+        if schedule == "fixed":
+            if self.horizon is None:
+                raise LearnerError(
+                    "the fixed schedule needs parameter 'horizon' (T); use schedule 'anytime' "
+                    "when the horizon is unknown"
+                )
+            if self.horizon < 2:
+                raise LearnerError(f"parameter 'horizon' must be >= 2, got {self.horizon}")
+        return dataclasses.replace(self, schedule=schedule)
+
+
+@dataclass(kw_only=True)
+class SPSState(State):
+    tau: float | None
+    n: int
+    n_le: int
+    above: list[float]
+    dropped: int = 0
+    drop_floor: float | None = None
+
+
+@dataclass(kw_only=True)
+class BoundedSPSState(SPSState):
+    """With ``max_values``: ``above`` holds distinct values and ``weights`` their counts."""
+
+    weights: list[int] | None = None
+
+
 class SPS(ConformalLearner):
     """SPS with the paper's fixed-horizon schedule or an anytime schedule.
 
@@ -94,66 +135,37 @@ class SPS(ConformalLearner):
     """
 
     algorithm: ClassVar[str] = "sps"
-    PARAMS: ClassVar[set[str]] = {"target_coverage", "horizon", "schedule", "delta", "max_values"}
+    Params = SPSParams
+    State = SPSState
 
-    def __init__(
-        self,
-        target_coverage: float,
-        schedule: str,
-        horizon: int | None,
-        delta: float,
-        max_values: int | None = None,
-    ) -> None:
-        self.target_coverage = target_coverage
-        self.schedule = schedule
-        self.horizon = horizon
-        self.delta = delta
+    def __init__(self, params: SPSParams) -> None:
+        super().__init__(params)
+        self.schedule = params.schedule
+        self.horizon = horizon = params.horizon
+        self.delta = params.delta
         self.tau: float | None = None  # None is -inf: the full label set
         self.n = 0
         self.n_le = 0
         self.above: list[float] = []
         self.dropped = 0
         self.drop_floor: float | None = None
-        self.max_values = max_values
+        self.max_values = max_values = params.max_values
         # With max_values, ``above`` holds distinct values and ``weights`` their counts.
         self.weights: list[int] | None = [] if max_values is not None else None
+        fixed = params.schedule == "fixed" and horizon
         self.memory_bound = (
-            math.ceil((1.0 - target_coverage) * horizon) + 1
-            if schedule == "fixed" and horizon and max_values is None
+            math.ceil((1.0 - self.target_coverage) * horizon) + 1
+            if fixed and max_values is None
             else None
         )
-        self._fixed_log = fixed_log_term(horizon) if schedule == "fixed" and horizon else 0.0
+        self._fixed_log = fixed_log_term(horizon) if fixed else 0.0
 
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> Self:
-        check_unknown(params, cls.parameters())
-        coverage = target_coverage(params)
-        horizon = params.get("horizon")
-        schedule = str(params.get("schedule") or ("fixed" if horizon is not None else "anytime"))
-        if schedule not in ("fixed", "anytime"):
-            raise LearnerError(
-                f"parameter 'schedule' must be 'fixed' or 'anytime', got {schedule!r}"
-            )
-        if schedule == "fixed":
-            if horizon is None:
-                raise LearnerError(
-                    "the fixed schedule needs parameter 'horizon' (T); use schedule 'anytime' "
-                    "when the horizon is unknown"
-                )
-            horizon = require(params, "horizon", int)
-            if horizon < 2:
-                raise LearnerError(f"parameter 'horizon' must be >= 2, got {horizon}")
-        delta = require(params, "delta", float, 0.01)
-        if not 0.0 < delta < 1.0:
-            raise LearnerError(f"parameter 'delta' must be in (0, 1), got {delta}")
-        max_values = params.get("max_values")
-        if max_values is not None:
-            max_values = require(params, "max_values", int)
-            if max_values < MIN_MAX_VALUES:
-                raise LearnerError(
-                    f"parameter 'max_values' must be >= {MIN_MAX_VALUES}, got {max_values}"
-                )
-        return cls(coverage, schedule, horizon, delta, max_values)
+    def state_record(self) -> type[State]:
+        return SPSState if self.max_values is None else BoundedSPSState
+
+    def restored(self) -> None:
+        if self.max_values is not None and self.weights is None:  # (an unbounded learner's)
+            self.weights = [1] * len(self.above)
 
     @property
     def threshold(self) -> float:
@@ -256,26 +268,3 @@ class SPS(ConformalLearner):
     def summary(self) -> dict[str, float | list[float]]:
         # n_le / n estimates G*(tau): tau only rises, so every miss lies at or below it.
         return {**super().summary(), "miscoverage_estimate": self.n_le / self.n if self.n else 0.0}
-
-    def to_state(self) -> dict[str, Any]:
-        state = {
-            "tau": self.tau,
-            "n": self.n,
-            "n_le": self.n_le,
-            "above": list(self.above),
-            "dropped": self.dropped,
-            "drop_floor": self.drop_floor,
-        }
-        if self.weights is not None:
-            state["weights"] = list(self.weights)
-        return state
-
-    def load_state(self, state: Mapping[str, Any]) -> None:
-        self.tau = state["tau"]
-        self.n = int(state["n"])
-        self.n_le = int(state["n_le"])
-        self.above = [float(v) for v in state["above"]]
-        self.dropped = int(state.get("dropped", 0))
-        self.drop_floor = state.get("drop_floor")
-        if self.weights is not None:
-            self.weights = [int(w) for w in state.get("weights", [1] * len(self.above))]

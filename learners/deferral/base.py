@@ -60,9 +60,8 @@ from banditflow.learners.base import (
     LearnerError,
     Stats,
     check_state_size,
-    check_unknown,
-    require,
 )
+from banditflow.learners.declared import Declared, Params, State, param
 from banditflow.learners.deferral.regret import opt_reward, record_truth
 
 FEEDBACK_MODES = ("full", "bandit")
@@ -78,44 +77,36 @@ class Choice:
     pending: JSON = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Settings:
+@dataclass(frozen=True, kw_only=True)
+class DeferralParams(Params):
     """Parameters common to every deferral learner."""
 
-    dim: int
-    budget: float
-    horizon: int
-    feedback: str
-    c_max: float
+    dim: int = param(ge=1)
+    budget: float = param(gt=0, what="B per period")
+    horizon: int = param(ge=3, what="rounds per period")
+    feedback: str = param("full", choices=FEEDBACK_MODES)
+    c_max: float = param(1.0)
 
-    PARAMS: ClassVar[set[str]] = {"dim", "budget", "horizon", "feedback", "c_max"}
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> Settings:
-        dim = require(params, "dim", int)
-        if dim < 1:
-            raise LearnerError(f"parameter 'dim' must be >= 1, got {dim}")
+    def validated(self) -> Self:
         # up to five estimates (model, human, cost; a logistic link keeps its own), each a
         # dim x dim matrix and a vector
-        check_state_size(5 * dim * (dim + 1), f"parameter 'dim' = {dim}")
-        budget = require(params, "budget", float)
-        if budget <= 0.0:
-            raise LearnerError(f"parameter 'budget' (B per period) must be > 0, got {budget}")
-        horizon = require(params, "horizon", int)
-        if horizon < 3:
+        check_state_size(5 * self.dim * (self.dim + 1), f"parameter 'dim' = {self.dim}")
+        if not 0.0 < self.c_max <= self.budget:
             raise LearnerError(
-                f"parameter 'horizon' (rounds per period) must be >= 3, got {horizon}"
+                f"parameter 'c_max' (largest human cost) must be in (0, budget={self.budget}], "
+                f"got {self.c_max}"
             )
-        feedback = str(params.get("feedback", "full"))
-        if feedback not in FEEDBACK_MODES:
-            raise LearnerError(f"parameter 'feedback' must be 'full' or 'bandit', got {feedback!r}")
-        c_max = require(params, "c_max", float, 1.0)
-        if not 0.0 < c_max <= budget:
-            raise LearnerError(
-                f"parameter 'c_max' (largest human cost) must be in (0, budget={budget}], "
-                f"got {c_max}"
-            )
-        return cls(dim, budget, horizon, feedback, c_max)
+        return self
+
+
+@dataclass(kw_only=True)
+class DeferralState(State):
+    rounds: int
+    period: int
+    spent: float
+    reserved: float
+    period_deferrals: int
+    partial: dict[str, list[str]]
 
 
 def validate_features(context: Mapping[str, Any], dim: int) -> np.ndarray:
@@ -147,15 +138,12 @@ def unit_value(feedback: Mapping[str, Any], name: str, upper: float = 1.0) -> fl
     return float(value)
 
 
-class DeferralLearner(Learner):
+class DeferralLearner(Declared, Learner):
     """Base of the deferral family: subclasses implement ``choose`` (and may learn)."""
 
     family: ClassVar[str] = "deferral"
-    PARAMS: ClassVar[set[str]] = set()  # the algorithm's own parameters
-
-    @classmethod
-    def parameters(cls) -> frozenset[str]:
-        return frozenset(Settings.PARAMS | cls.PARAMS)
+    Params = DeferralParams
+    State = DeferralState
 
     @classmethod
     def stats_on_truth(
@@ -178,24 +166,14 @@ class DeferralLearner(Learner):
             values["opt_reward"] = opt_reward(stats, budget)
             values["regret_exact"] = values["opt_reward"] - stats.get("truth_reward", 0.0)
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
+    def __init__(self, params: DeferralParams) -> None:
+        self.params = params
         self.rounds = 0  # decisions made over the learner's life
         self.period = 0
         self.spent = 0.0  # settled human cost in the current period
         self.reserved = 0.0  # outstanding reservations of the current period
         self.period_deferrals = 0
         self.partial: dict[str, list[str]] = {}  # decision -> parts applied, while incomplete
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> Self:
-        check_unknown(params, cls.parameters())
-        return cls.build(Settings.from_params(params), params)
-
-    @classmethod
-    @abstractmethod
-    def build(cls, settings: Settings, params: Mapping[str, Any]) -> Self:
-        """A fresh learner from validated common settings and the algorithm's parameters."""
 
     @abstractmethod
     def choose(self, x: np.ndarray, context: Mapping[str, Any], can_defer: bool,
@@ -221,22 +199,22 @@ class DeferralLearner(Learner):
     @property
     def budget_remaining(self) -> float:
         """What new deferrals may still use in this period: ``B - spent - reserved``."""
-        return self.settings.budget - self.spent - self.reserved
+        return self.params.budget - self.spent - self.reserved
 
     def decide(self, context: Mapping[str, Any], rng: np.random.Generator) -> Decided:
-        x = validate_features(context, self.settings.dim)
+        x = validate_features(context, self.params.dim)
         self.check_context(context)
-        period = self.rounds // self.settings.horizon
+        period = self.rounds // self.params.horizon
         if period != self.period:
             self.period = period
             self.spent = self.reserved = 0.0
             self.period_deferrals = 0
             self.start_period()
-        can_defer = self.spent + self.reserved + self.settings.c_max <= self.settings.budget
+        can_defer = self.spent + self.reserved + self.params.c_max <= self.params.budget
         choice = self.choose(x, context, can_defer, rng)
         if choice.defer and not can_defer:
             raise AssertionError("an algorithm deferred without budget")  # a bug, never input
-        reserved = self.settings.c_max if choice.defer else 0.0
+        reserved = self.params.c_max if choice.defer else 0.0
         pending = {
             "decision": self.rounds,
             "period": self.period,
@@ -262,7 +240,7 @@ class DeferralLearner(Learner):
         change what decisions in flight expect."""
         if not defer:
             return ["model"]
-        return ["model", "human"] if self.settings.feedback == "full" else ["human"]
+        return ["model", "human"] if self.params.feedback == "full" else ["human"]
 
     @staticmethod
     def feedback_parts_of(feedback: Mapping[str, Any]) -> list[str]:
@@ -347,35 +325,17 @@ class DeferralLearner(Learner):
             self.spent += cost
         self.account(pending, cost)
 
-    def to_state(self) -> JSON:
-        return {
-            "rounds": self.rounds,
-            "period": self.period,
-            "spent": self.spent,
-            "reserved": self.reserved,
-            "period_deferrals": self.period_deferrals,
-            "partial": {key: list(parts) for key, parts in self.partial.items()},
-        }
-
-    def load_state(self, state: Mapping[str, Any]) -> None:
-        self.rounds = int(state["rounds"])
-        self.period = int(state["period"])
-        self.spent = float(state["spent"])
-        self.reserved = float(state["reserved"])
-        self.period_deferrals = int(state["period_deferrals"])
-        self.partial = {str(key): list(parts) for key, parts in state["partial"].items()}
-
     def summary(self) -> dict[str, float | list[float]]:
         """Live values, named as the family's gauges (``banditflow.learners.deferral.family``):
         ``budget`` (B per period of ``horizon`` rounds), ``budget_spent`` (settled cost),
         ``budget_reserved`` (outstanding reservations), ``budget_remaining``
         (``B - spent - reserved``), and the current period's ``deferral_rate``; all of the
         current period."""
-        period_rounds = self.rounds - self.period * self.settings.horizon
+        period_rounds = self.rounds - self.period * self.params.horizon
         rate = self.period_deferrals / period_rounds if period_rounds else 0.0
         return {
-            "budget": self.settings.budget,
-            "horizon": float(self.settings.horizon),
+            "budget": self.params.budget,
+            "horizon": float(self.params.horizon),
             "budget_spent": self.spent,
             "budget_reserved": self.reserved,
             "budget_remaining": self.budget_remaining,

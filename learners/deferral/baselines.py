@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from banditflow.learners.base import LearnerError, require
-from banditflow.learners.deferral.base import Choice, DeferralLearner, Settings
+from banditflow.learners.base import LearnerError
+from banditflow.learners.declared import param
+from banditflow.learners.deferral.base import Choice, DeferralLearner, DeferralParams
 from banditflow.learners.deferral.estimators import LINKS, link_mean
 
 
@@ -40,73 +42,66 @@ class ModelOnly(DeferralLearner):
 
     algorithm: ClassVar[str] = "model_only"
 
-    @classmethod
-    def build(cls, settings: Settings, params: Mapping[str, Any]) -> Self:
-        return cls(settings)
-
     def choose(self, x: np.ndarray, context: Mapping[str, Any], can_defer: bool,
                rng: np.random.Generator) -> Choice:
         return Choice(defer=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArbitraryHumanParams(DeferralParams):
+    defer_probability: float = param(1.0, gt=0, le=1)
 
 
 class ArbitraryHuman(DeferralLearner):
     """Defers on arbitrary events (probability ``defer_probability``) until the budget is spent."""
 
     algorithm: ClassVar[str] = "arbitrary_human"
-    PARAMS: ClassVar[set[str]] = {"defer_probability"}
+    Params = ArbitraryHumanParams
 
-    def __init__(self, settings: Settings, defer_probability: float) -> None:
-        super().__init__(settings)
-        self.defer_probability = defer_probability
-
-    @classmethod
-    def build(cls, settings: Settings, params: Mapping[str, Any]) -> Self:
-        probability = require(params, "defer_probability", float, 1.0)
-        if not 0.0 < probability <= 1.0:
-            raise LearnerError(
-                f"parameter 'defer_probability' must be in (0, 1], got {probability}"
-            )
-        return cls(settings, probability)
+    def __init__(self, params: ArbitraryHumanParams) -> None:
+        super().__init__(params)
+        self.defer_probability = params.defer_probability
 
     def choose(self, x: np.ndarray, context: Mapping[str, Any], can_defer: bool,
                rng: np.random.Generator) -> Choice:
         return Choice(defer=can_defer and bool(rng.random() < self.defer_probability))
 
 
-class BestReject(DeferralLearner):
-    """Defers when the model's known expected reward is below ``threshold``."""
+@dataclass(frozen=True, kw_only=True)
+class BestRejectParams(DeferralParams):
+    threshold: float
+    model_theta: list[float] | None = None
+    """The model's coefficients: its expected reward is ``mu(x . model_theta)``; None: the
+    context's ``model_reward_estimate``."""
+    link: str = param("identity", choices=LINKS)
 
-    algorithm: ClassVar[str] = "best_reject"
-    PARAMS: ClassVar[set[str]] = {"threshold", "model_theta", "link"}
-
-    def __init__(
-        self, settings: Settings, threshold: float, model_theta: np.ndarray | None, link: str
-    ) -> None:
-        super().__init__(settings)
-        self.threshold = threshold
-        self.model_theta = model_theta
-        self.link = link
-
-    @classmethod
-    def build(cls, settings: Settings, params: Mapping[str, Any]) -> Self:
-        threshold = require(params, "threshold", float)
-        link = str(params.get("link", "identity"))
-        if link not in LINKS:
-            raise LearnerError(f"parameter 'link' must be one of {LINKS}, got {link!r}")
-        theta = params.get("model_theta")
-        model_theta = None
-        if theta is not None:
+    def validated(self) -> Self:
+        super().validated()
+        if self.model_theta is not None:
             try:
-                model_theta = np.array(theta, dtype=float)
+                theta = np.array(self.model_theta, dtype=float)
             except (TypeError, ValueError) as exc:
                 raise LearnerError(
                     f"parameter 'model_theta' must be a list of floats: {exc}"
                 ) from exc
-            if model_theta.shape != (settings.dim,) or not np.all(np.isfinite(model_theta)):
-                raise LearnerError(
-                    f"parameter 'model_theta' must be {settings.dim} finite floats, got {theta!r}"
-                )
-        return cls(settings, threshold, model_theta, link)
+            if theta.shape != (self.dim,) or not np.all(np.isfinite(theta)):
+                raise LearnerError(f"parameter 'model_theta' must be {self.dim} finite floats, "
+                                   f"got {self.model_theta!r}")
+        return self
+
+
+class BestReject(DeferralLearner):
+    """Defers when the model's known expected reward is below ``threshold``."""
+
+    algorithm: ClassVar[str] = "best_reject"
+    Params = BestRejectParams
+
+    def __init__(self, params: BestRejectParams) -> None:
+        super().__init__(params)
+        self.threshold = params.threshold
+        self.model_theta = (None if params.model_theta is None
+                            else np.array(params.model_theta, dtype=float))
+        self.link = params.link
 
     def check_context(self, context: Mapping[str, Any]) -> None:
         if self.model_theta is not None:

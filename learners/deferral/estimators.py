@@ -133,10 +133,9 @@ class Arm:
             "estimates": {name: est.to_state() for name, est in self.estimates.items()},
         }
 
-    @classmethod
-    def from_state(cls, state: Mapping[str, Any]) -> Arm:
-        return cls(
-            np.array(state["gram_inverse"], dtype=float),
-            int(state["count"]),
-            {name: Estimate.from_state(est) for name, est in state["estimates"].items()},
-        )
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`to_state` output."""
+        self.gram_inverse = np.array(state["gram_inverse"], dtype=float)
+        self.count = int(state["count"])
+        self.estimates = {name: Estimate.from_state(est)
+                          for name, est in state["estimates"].items()}

@@ -39,30 +39,22 @@ algorithm runs on the embeddings), plus ``hidden_size``, ``window``, ``retrain_e
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from banditflow.learners.base import JSON, LearnerError, check_state_size, require
-from banditflow.learners.deferral.base import DeferralLearner, Settings
+from banditflow.learners.base import LearnerError, check_state_size
+from banditflow.learners.declared import param
 from banditflow.learners.deferral.estimators import Arm, Estimate
-from banditflow.learners.deferral.ucb import UCB
+from banditflow.learners.deferral.ucb import UCB, DualState, UCBParams
 from banditflow.learners.torch_support import import_torch, one_thread
 
 NETWORKS = ("model", "human", "cost")  # what each network predicts
 HISTORIES = {"model": "model", "human": "human", "cost": "human"}  # network -> its history
 TARGET_COLUMN = {"model": -1, "human": -2, "cost": -1}  # network -> column of its history rows
 MAX_HIDDEN_SIZE = 4_096
-NEURAL_DEFAULTS: dict[str, Any] = {
-    "hidden_size": 50,
-    "window": 500,
-    "retrain_every": 15,
-    "train_steps": 25,
-    "batch_size": 500,
-    "learning_rate": 5e-4,
-    "seed": 0,
-}
 
 
 class Network:
@@ -119,6 +111,49 @@ class Network:
     def to_state(self) -> list[Any]:
         return [layer.tolist() for layer in self.layers()]
 
+    def load_state(self, state: Sequence[Any]) -> None:
+        """Restore :meth:`to_state` output (shapes are checked against this network's)."""
+        layers = [np.asarray(layer, dtype=float) for layer in state]
+        for layer, expected in zip(layers, self.layers(), strict=True):
+            if layer.shape != expected.shape:
+                raise LearnerError(f"neural_linear state has a layer {layer.shape}, expected "
+                                   f"{expected.shape}")
+        self.hidden_weight, self.hidden_bias, self.out_weight, self.out_bias = layers
+
+
+@dataclass(frozen=True, kw_only=True)
+class NeuralLinearParams(UCBParams):
+    hidden_size: int = param(50, ge=1, cap=MAX_HIDDEN_SIZE)
+    window: int = param(500, ge=1)
+    retrain_every: int = param(15, ge=1)
+    train_steps: int = param(25, ge=1)
+    batch_size: int = param(500, ge=1)
+    learning_rate: float = param(5e-4, gt=0)
+    seed: int = param(0, ge=0)  # numpy's generators take no negative seed
+
+    def validated(self) -> Self:
+        for name in ("link", "cost_link"):
+            if getattr(self, name) not in (None, "identity"):
+                raise LearnerError(
+                    f"parameter {name!r} must be 'identity' for neural_linear (the linear "
+                    f"algorithm runs on the embeddings), got {getattr(self, name)!r}"
+                )
+        # three networks, and two histories of ``window`` rows
+        check_state_size(
+            len(NETWORKS) * (self.dim + 2) * (self.hidden_size + 1)
+            + 2 * self.window * (self.dim + 2),
+            "the neural_linear networks and histories",
+        )
+        return super().validated()
+
+
+@dataclass(kw_only=True)
+class NeuralLinearState(DualState):
+    networks: dict[str, Network]
+    history: dict[str, list[list[float]]]
+    since_retrain: int
+    retrains: int
+
 
 class NeuralLinear(UCB):
     """UCB (Algorithm 1) on the penultimate layers of three retrained networks; budget-safe.
@@ -127,55 +162,23 @@ class NeuralLinear(UCB):
     """
 
     algorithm: ClassVar[str] = "neural_linear"
-    PARAMS: ClassVar[set[str]] = UCB.PARAMS | set(NEURAL_DEFAULTS)
+    Params = NeuralLinearParams
+    State = NeuralLinearState
 
-    @classmethod
-    def build(cls, settings: Settings, params: Mapping[str, Any]) -> Self:
-        for name in ("link", "cost_link"):
-            if str(params.get(name, "identity")) != "identity":
-                raise LearnerError(
-                    f"parameter {name!r} must be 'identity' for neural_linear (the linear "
-                    f"algorithm runs on the embeddings), got {params[name]!r}"
-                )
+    def __init__(self, params: NeuralLinearParams) -> None:
         torch = import_torch("the neural_linear deferral learner")
-        learner = super().build(settings, params)
-        values = {}
-        for name, default in NEURAL_DEFAULTS.items():
-            kind = float if name == "learning_rate" else int
-            at_most = MAX_HIDDEN_SIZE if name == "hidden_size" else None
-            values[name] = require(params, name, kind, default, at_most=at_most)
-        for name in ("hidden_size", "window", "retrain_every", "train_steps", "batch_size"):
-            if values[name] < 1:
-                raise LearnerError(f"parameter {name!r} must be >= 1, got {values[name]}")
-        if values["seed"] < 0:  # numpy's generators take no negative seed
-            raise LearnerError(f"parameter 'seed' must be >= 0, got {values['seed']}")
-        dim, hidden = settings.dim, values["hidden_size"]
-        # three networks, and two histories of ``window`` rows
-        check_state_size(
-            len(NETWORKS) * (dim + 2) * (hidden + 1) + 2 * values["window"] * (dim + 2),
-            "the neural_linear networks and histories",
-        )
-        if values["learning_rate"] <= 0.0:
-            raise LearnerError(
-                f"parameter 'learning_rate' must be > 0, got {values['learning_rate']}"
-            )
-        learner.configure(torch, **values)
-        return learner
-
-    def configure(self, torch: Any, *, hidden_size: int, window: int, retrain_every: int,
-                  train_steps: int, batch_size: int, learning_rate: float, seed: int) -> None:
-        """Set the neural parameters and draw the initial networks (called by ``build``)."""
+        super().__init__(params)
         self.torch = torch
-        self.hidden_size = hidden_size
-        self.window = window
-        self.retrain_every = retrain_every
-        self.train_steps = train_steps
-        self.batch_size = batch_size
-        self.learning_rate = learning_rate
-        self.seed = seed
-        generator = torch.Generator().manual_seed(seed)
+        self.hidden_size = params.hidden_size
+        self.window = params.window
+        self.retrain_every = params.retrain_every
+        self.train_steps = params.train_steps
+        self.batch_size = params.batch_size
+        self.learning_rate = params.learning_rate
+        self.seed = params.seed
+        generator = torch.Generator().manual_seed(params.seed)
         self.networks = {
-            name: Network.fresh(torch, self.settings.dim, hidden_size, generator)
+            name: Network.fresh(torch, params.dim, params.hidden_size, generator)
             for name in NETWORKS
         }
         # Rows [*x, model_reward] and [*x, human_reward, human_cost], oldest first.
@@ -195,8 +198,8 @@ class NeuralLinear(UCB):
         """The ridge regression of network ``name``'s quantity on its embeddings (cached)."""
         if name not in self.arms:
             rows = np.array(self.history[HISTORIES[name]], dtype=float).reshape(
-                -1, self.settings.dim + (1 if name == "model" else 2))
-            phi = self.networks[name].embed(rows[:, : self.settings.dim])
+                -1, self.params.dim + (1 if name == "model" else 2))
+            phi = self.networks[name].embed(rows[:, : self.params.dim])
             gram = self.ridge * np.eye(self.hidden_size) + phi.T @ phi
             vector = phi.T @ rows[:, TARGET_COLUMN[name]]
             quantity = "cost" if name == "cost" else "reward"
@@ -235,7 +238,7 @@ class NeuralLinear(UCB):
 
     def retrain(self) -> None:
         """Train every network on its history, then rebuild the embeddings' regressions."""
-        dim = self.settings.dim
+        dim = self.params.dim
         with one_thread(self.torch):
             for index, name in enumerate(NETWORKS):
                 rows = self.history[HISTORIES[name]]
@@ -251,33 +254,7 @@ class NeuralLinear(UCB):
         self.since_retrain = 0
         self.arms.clear()
 
-    def to_state(self) -> JSON:
-        state = {**DeferralLearner.to_state(self), "log_alpha": self.log_alpha,
-                 "gamma": self.gamma}
-        state.update(
-            networks={name: network.to_state() for name, network in self.networks.items()},
-            history={name: [list(row) for row in rows] for name, rows in self.history.items()},
-            since_retrain=self.since_retrain,
-            retrains=self.retrains,
-        )
-        return state
-
-    def load_state(self, state: Mapping[str, Any]) -> None:
-        DeferralLearner.load_state(self, state)
-        self.log_alpha = float(state["log_alpha"])
-        self.gamma = float(state["gamma"])
-        networks = {name: Network(state["networks"][name]) for name in NETWORKS}
-        for network in networks.values():
-            if network.hidden_weight.shape != (self.hidden_size, self.settings.dim):
-                raise LearnerError(
-                    f"neural_linear state has a hidden layer {network.hidden_weight.shape}, "
-                    f"expected {(self.hidden_size, self.settings.dim)}"
-                )
-        self.networks = networks
-        self.history = {name: [[float(v) for v in row] for row in state["history"][name]]
-                        for name in ("model", "human")}
-        self.since_retrain = int(state["since_retrain"])
-        self.retrains = int(state["retrains"])
+    def restored(self) -> None:
         self.arms = {}
 
     def summary(self) -> dict[str, float | list[float]]:

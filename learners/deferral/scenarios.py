@@ -155,7 +155,7 @@ def play(learner: DeferralLearner, scenario: Scenario, seed: int = 0) -> PlayRes
     """
     horizon = scenario.features.shape[0]
     deferred = np.zeros(horizon, dtype=bool)
-    full = learner.settings.feedback == "full"
+    full = learner.params.feedback == "full"
     for t in range(horizon):
         decided = learner.decide({"features": scenario.features[t].tolist()},
                                  np.random.default_rng([seed, t]))

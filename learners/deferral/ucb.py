@@ -43,18 +43,56 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from banditflow.learners.base import JSON, MIN_RIDGE, LearnerError, require
-from banditflow.learners.deferral.base import Choice, DeferralLearner, Settings
+from banditflow.learners.base import MIN_RIDGE
+from banditflow.learners.declared import param
+from banditflow.learners.deferral.base import (
+    Choice,
+    DeferralLearner,
+    DeferralParams,
+    DeferralState,
+)
 from banditflow.learners.deferral.estimators import LINKS, Arm, link_mean
 
 INITIAL_LOG_ALPHA = math.log(0.5)
 INITIAL_GAMMA = 0.5
+
+
+@dataclass(frozen=True, kw_only=True)
+class UCBParams(DeferralParams):
+    link: str = param("identity", choices=LINKS)
+    cost_link: str | None = param(None, choices=LINKS)
+    """None: ``link``."""
+    ridge: float = param(1.0, ge=MIN_RIDGE, what="lambda of lambda I")
+    beta: float = param(0.02, ge=0)
+    delta: float = param(0.05, gt=0, lt=1)
+    warmup: int = param(0, ge=0)
+    gamma_weighted_gradient: bool = param(False)
+    reset_dual: bool = param(False)
+
+    def validated(self) -> Self:
+        return dataclasses.replace(super().validated(), cost_link=self.cost_link or self.link)
+
+
+@dataclass(kw_only=True)
+class DualState(DeferralState):
+    """The dual price's multiplicative-weights state, with the budget's."""
+
+    log_alpha: float
+    gamma: float
+
+
+@dataclass(kw_only=True)
+class UCBState(DualState):
+    model: Arm
+    human: Arm
 
 
 class UCB(DeferralLearner):
@@ -68,71 +106,26 @@ class UCB(DeferralLearner):
     """
 
     algorithm: ClassVar[str] = "ucb"
-    PARAMS: ClassVar[set[str]] = {
-        "link", "cost_link", "ridge", "beta", "delta", "warmup", "gamma_weighted_gradient",
-        "reset_dual",
-    }
+    Params = UCBParams
+    State = UCBState
 
-    def __init__(
-        self,
-        settings: Settings,
-        *,
-        link: str,
-        cost_link: str,
-        ridge: float,
-        beta: float,
-        delta: float,
-        warmup: int,
-        gamma_weighted_gradient: bool,
-        reset_dual: bool,
-    ) -> None:
-        super().__init__(settings)
-        self.link = link
-        self.cost_link = cost_link
-        self.ridge = ridge
-        self.beta = beta
-        self.delta = delta
-        self.warmup = warmup
-        self.gamma_weighted_gradient = gamma_weighted_gradient
-        self.reset_dual = reset_dual
-        self.step = math.sqrt(2.0 / settings.horizon)  # eps of multiplicative weights
-        self.target_rate = settings.budget / settings.horizon  # B / T
+    def __init__(self, params: UCBParams) -> None:
+        super().__init__(params)
+        self.link = params.link
+        self.cost_link = cost_link = params.cost_link or params.link
+        self.ridge = params.ridge
+        self.beta = params.beta
+        self.delta = params.delta
+        self.warmup = params.warmup
+        self.gamma_weighted_gradient = params.gamma_weighted_gradient
+        self.reset_dual = params.reset_dual
+        self.step = math.sqrt(2.0 / params.horizon)  # eps of multiplicative weights
+        self.target_rate = params.budget / params.horizon  # B / T
         self.log_alpha = INITIAL_LOG_ALPHA
         self.gamma = INITIAL_GAMMA
-        self.model = Arm.fresh(settings.dim, ridge, {"reward": link})
-        self.human = Arm.fresh(settings.dim, ridge, {"reward": link, "cost": cost_link})
-
-    @classmethod
-    def build(cls, settings: Settings, params: Mapping[str, Any]) -> Self:
-        link = str(params.get("link", "identity"))
-        cost_link = str(params.get("cost_link", link))
-        for name, value in (("link", link), ("cost_link", cost_link)):
-            if value not in LINKS:
-                raise LearnerError(f"parameter {name!r} must be one of {LINKS}, got {value!r}")
-        ridge = require(params, "ridge", float, 1.0)
-        beta = require(params, "beta", float, 0.02)
-        delta = require(params, "delta", float, 0.05)
-        warmup = require(params, "warmup", int, 0)
-        if ridge < MIN_RIDGE:
-            raise LearnerError(
-                f"parameter 'ridge' (lambda of lambda I) must be >= {MIN_RIDGE}, got {ridge}"
-            )
-        if beta < 0.0:
-            raise LearnerError(f"parameter 'beta' must be >= 0, got {beta}")
-        if not 0.0 < delta < 1.0:
-            raise LearnerError(f"parameter 'delta' must be in (0, 1), got {delta}")
-        if warmup < 0:
-            raise LearnerError(f"parameter 'warmup' must be >= 0, got {warmup}")
-        flags = {}
-        for name in ("gamma_weighted_gradient", "reset_dual"):
-            value = params.get(name, False)
-            if not isinstance(value, bool):
-                raise LearnerError(f"parameter {name!r} must be a boolean, got {value!r}")
-            flags[name] = value
-        return cls(
-            settings, link=link, cost_link=cost_link, ridge=ridge, beta=beta, delta=delta,
-            warmup=warmup, **flags,
-        )
+        self.model = Arm.fresh(params.dim, params.ridge, {"reward": params.link})
+        self.human = Arm.fresh(params.dim, params.ridge,
+                               {"reward": params.link, "cost": cost_link})
 
     @property
     def dual_price(self) -> float:
@@ -141,7 +134,7 @@ class UCB(DeferralLearner):
 
     def radius(self) -> float:
         """beta_t = beta * sqrt(2 d log((1 + 2 t d) / delta)), t the rounds so far (>= 1)."""
-        d = self.settings.dim
+        d = self.params.dim
         t = max(self.rounds, 1)
         return self.beta * math.sqrt(2.0 * d * math.log((1.0 + 2.0 * t * d) / self.delta))
 
@@ -200,22 +193,6 @@ class UCB(DeferralLearner):
 
     def observe_human(self, x: np.ndarray, reward: float, cost: float) -> None:
         self.human.update(x, {"reward": reward, "cost": cost})
-
-    def to_state(self) -> JSON:
-        return {
-            **super().to_state(),
-            "log_alpha": self.log_alpha,
-            "gamma": self.gamma,
-            "model": self.model.to_state(),
-            "human": self.human.to_state(),
-        }
-
-    def load_state(self, state: Mapping[str, Any]) -> None:
-        super().load_state(state)
-        self.log_alpha = float(state["log_alpha"])
-        self.gamma = float(state["gamma"])
-        self.model = Arm.from_state(state["model"])
-        self.human = Arm.from_state(state["human"])
 
     def summary(self) -> dict[str, float | list[float]]:
         return {**super().summary(), "dual_price": self.dual_price}

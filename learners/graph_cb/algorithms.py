@@ -15,20 +15,50 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import ClassVar, Self
 
 import numpy as np
 
-from banditflow.learners.base import JSON, LearnerError, require
+from banditflow.learners.base import LearnerError
+from banditflow.learners.declared import State, param
 from banditflow.learners.graph_cb import kernels
-from banditflow.learners.graph_cb.base import GraphCBLearner
+from banditflow.learners.graph_cb.base import GraphCBLearner, GraphCBState
+from banditflow.learners.graph_cb.params import GraphCBParams
 from banditflow.learners.graph_cb.solver import (
     SOLVERS,
     WarmStart,
     decision_estimation_coefficient,
     min_dec_distribution,
 )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SquareCBGParams(GraphCBParams):
+    solver: str = param("auto", choices=tuple(SOLVERS))
+    warm_start: bool = True
+
+
+@dataclass(kw_only=True)
+class WarmStartedState(GraphCBState):
+    warm_start: WarmStart | None = None  # (absent from checkpoints before warm starts)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BaselineParams(GraphCBParams):
+    """The baselines' parameters: those of every graph_cb learner, without the doubling
+    schedule (it accumulates min dec, which only SquareCB.G computes)."""
+
+    def validated(self) -> Self:
+        if self.gamma_schedule == "doubling":
+            raise LearnerError("gamma_schedule 'doubling' needs the minimal dec; use it with "
+                               "squarecb_g")
+        return super().validated()
+
+
+@dataclass(frozen=True, kw_only=True)
+class EpsilonGreedyParams(BaselineParams):
+    epsilon: float = param(0.05, ge=0, le=1)
 
 
 class SquareCBG(GraphCBLearner):
@@ -43,32 +73,26 @@ class SquareCBG(GraphCBLearner):
     decides exactly as the original would have."""
 
     algorithm: ClassVar[str] = "squarecb_g"
-    EXTRA_PARAMS: ClassVar[set[str]] = {"solver", "warm_start"}
+    Params = SquareCBGParams
 
-    def check_params(self) -> None:
-        if self.params.get("solver", "auto") not in SOLVERS:
-            raise LearnerError(f"parameter 'solver' must be one of {', '.join(SOLVERS)}")
-        warm = self.params.get("warm_start", True)
-        if not isinstance(warm, bool):
-            raise LearnerError(f"parameter 'warm_start' must be true or false, got {warm!r}")
-        self.warm_start = WarmStart() if warm else None
+    def __init__(self, params: SquareCBGParams) -> None:
+        super().__init__(params)
+        self.solver = params.solver
+        self.warm_start = WarmStart() if params.warm_start else None
 
     def distribution(
         self, fhat: np.ndarray, graph: np.ndarray, gamma: float
     ) -> tuple[np.ndarray, float]:
-        return min_dec_distribution(fhat, graph, gamma, solver=self.params.get("solver", "auto"),
+        return min_dec_distribution(fhat, graph, gamma, solver=self.solver,
                                     warm_start=self.warm_start)
 
-    def to_state(self) -> JSON:
-        state = super().to_state()
-        if self.warm_start is not None:
-            state["warm_start"] = self.warm_start.to_state()
-        return state
+    def state_record(self) -> type[State]:
+        return GraphCBState if self.warm_start is None else WarmStartedState
 
-    def load_state(self, state: Mapping[str, Any]) -> None:
-        super().load_state(state)
-        if self.warm_start is not None:  # checkpoints from before warm starts have none
-            self.warm_start.load_state(state.get("warm_start") or {})
+    def restored(self) -> None:
+        if self.params.warm_start and self.warm_start is None:  # a checkpoint from before
+            # warm starts: start cold
+            self.warm_start = WarmStart()
 
 
 class SquareCB(GraphCBLearner):
@@ -78,9 +102,7 @@ class SquareCB(GraphCBLearner):
     revealed loss."""
 
     algorithm: ClassVar[str] = "squarecb"
-
-    def check_params(self) -> None:
-        _reject_doubling(self)
+    Params = BaselineParams
 
     def exploration_alpha(self, graph: np.ndarray, per_event: bool) -> int:
         return int(graph.shape[0])
@@ -97,13 +119,11 @@ class EpsilonGreedy(GraphCBLearner):
     only used to report dec(p)."""
 
     algorithm: ClassVar[str] = "epsilon_greedy"
-    EXTRA_PARAMS: ClassVar[set[str]] = {"epsilon"}
+    Params = EpsilonGreedyParams
 
-    def check_params(self) -> None:
-        _reject_doubling(self)
-        self.epsilon = require(self.params, "epsilon", float, 0.05)
-        if not 0.0 <= self.epsilon <= 1.0:
-            raise LearnerError(f"parameter 'epsilon' must be in [0, 1], got {self.epsilon}")
+    def __init__(self, params: EpsilonGreedyParams) -> None:
+        super().__init__(params)
+        self.epsilon = params.epsilon
 
     def distribution(
         self, fhat: np.ndarray, graph: np.ndarray, gamma: float
@@ -111,12 +131,3 @@ class EpsilonGreedy(GraphCBLearner):
         p = np.full(len(fhat), self.epsilon / len(fhat))
         p[int(np.argmin(fhat))] += 1.0 - self.epsilon
         return p, decision_estimation_coefficient(p, fhat, graph, gamma)
-
-
-def _reject_doubling(learner: GraphCBLearner) -> None:
-    """The doubling schedule accumulates min dec, which only SquareCB.G computes."""
-    if learner.schedule.kind == "doubling":
-        raise LearnerError(
-            f"gamma_schedule 'doubling' needs the minimal dec; use it with squarecb_g, "
-            f"not {learner.algorithm}"
-        )

@@ -5,7 +5,7 @@ schedule, turns ``(fhat, G, gamma)`` into a distribution p (the only part subcla
 implement: :meth:`GraphCBLearner.distribution`), samples the action from ``rng``, and later
 trains the oracle once on every revealed loss (unweighted square loss, no importance weights).
 
-Parameters common to all algorithms:
+Parameters common to all algorithms (declared in :mod:`banditflow.learners.graph_cb.params`):
 
 * ``actions`` K (optional when ``graph`` is given); ``graph`` (K x K list, ``G[a][j]`` = P(a
   reveals j)) or ``graph_kind`` (bandit, full, cops_and_robbers, apple_tasting, inventory);
@@ -14,8 +14,7 @@ Parameters common to all algorithms:
   ``per_action``: one vector per action), ``update`` (``sgd`` or ``rls``), ``learning_rate``
   (sgd, default 0.1), ``ridge`` (rls prior, default 1), ``bias`` (default true); ``oracle``
   (``linear``, default, or ``neural``: a torch network, with ``hidden_size``,
-  ``learning_rate`` and ``oracle_seed``, see
-  :func:`banditflow.learners.graph_cb.oracles.build_oracle`);
+  ``learning_rate`` and ``oracle_seed``, see :meth:`GraphCBLearner._oracle`);
 * schedule: ``gamma_schedule`` and its settings (:mod:`banditflow.learners.graph_cb.schedules`);
 * ``initial_oracle``: an oracle state (its ``to_state``, e.g. trained on logged rounds by
   ``banditflow warm-start``) the learner starts from instead of an untrained oracle; its
@@ -37,7 +36,8 @@ from __future__ import annotations
 import math
 from abc import abstractmethod
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar, Self
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -51,87 +51,101 @@ from banditflow.learners.base import (
     LoggedExample,
     Stats,
     add_stat,
-    check_unknown,
-    require,
 )
+from banditflow.learners.declared import Declared, State
 from banditflow.learners.graph_cb import kernels
 from banditflow.learners.graph_cb.candidates import CandidateForm, candidate_index
 from banditflow.learners.graph_cb.graphs import as_graph, independence_number, named_graph
-from banditflow.learners.graph_cb.oracles import Oracle, build_oracle
+from banditflow.learners.graph_cb.oracles import (
+    NEURAL_HIDDEN_SIZE,
+    NEURAL_LEARNING_RATE,
+    LinearOracle,
+    NeuralOracle,
+    Oracle,
+)
+from banditflow.learners.graph_cb.params import MAX_ACTIONS, GraphCBParams
 from banditflow.learners.graph_cb.schedules import GammaSchedule
 
-# The most actions a learner may have: every decision solves for a distribution over them,
-# at a cost that grows with the square of their number (the K x K feedback graph).
-MAX_ACTIONS = 1_000
+
+@dataclass(kw_only=True)
+class GraphCBState(State):
+    oracle: Oracle
+    schedule: GammaSchedule
 
 
-class GraphCBLearner(Learner):
+class GraphCBLearner(Declared, Learner):
     """Base of the graph_cb family; subclasses choose p from (fhat, G, gamma)."""
 
     family: ClassVar[str] = "graph_cb"
-    COMMON_PARAMS: ClassVar[set[str]] = {
-        "actions", "graph", "graph_kind", "feature_dim", "feature_layout", "update",
-        "learning_rate", "ridge", "bias", "oracle", "hidden_size", "oracle_seed",
-        "initial_oracle", "action_features", "max_actions", *GammaSchedule.PARAMS,
-    }
-    EXTRA_PARAMS: ClassVar[set[str]] = set()
+    Params = GraphCBParams
+    State = GraphCBState
 
-    @classmethod
-    def parameters(cls) -> frozenset[str]:
-        return frozenset(cls.COMMON_PARAMS | cls.EXTRA_PARAMS)
-
-    def __init__(
-        self, params: Mapping[str, Any], graph: np.ndarray | None, oracle: Oracle,
-        schedule: GammaSchedule, form: CandidateForm | None = None,
-    ) -> None:
-        self.params = dict(params)
-        self.form = form  # None: the fixed-K form
-        self.actions = oracle.actions
-        self.graph = graph
-        self.graph_alpha = None if graph is None else independence_number(graph)
-        self.oracle = oracle
-        self.schedule = schedule
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> Self:
-        check_unknown(params, cls.parameters())
-        graph = None
-        form = CandidateForm.of(params, MAX_ACTIONS)
-        if form is not None:
-            oracle = build_oracle(params, form.max_actions, pair_dim=form.pair_dim)
-            if params.get("graph_kind") is not None:
-                named_graph(str(params["graph_kind"]), 1)  # (a bad name: refused now)
-            return cls._built(params, None, oracle, form)
-        if params.get("graph") is not None and params.get("graph_kind") is not None:
-            raise LearnerError("give either parameter 'graph' or 'graph_kind', not both")
-        if params.get("graph") is not None:
-            graph = as_graph(params["graph"])
-        actions = require(
-            params, "actions", int, None if graph is None else graph.shape[0], at_most=MAX_ACTIONS
-        )
-        if actions < 1:
-            raise LearnerError(f"parameter 'actions' must be >= 1, got {actions}")
-        if graph is not None and graph.shape[0] != actions:
-            raise LearnerError(f"'graph' has {graph.shape[0]} actions but 'actions' is {actions}")
-        if params.get("graph_kind") is not None:
-            graph = named_graph(str(params["graph_kind"]), actions)
-        return cls._built(params, graph, build_oracle(params, actions), None)
-
-    @classmethod
-    def _built(cls, params: Mapping[str, Any], graph: np.ndarray | None, oracle: Oracle,
-               form: CandidateForm | None) -> Self:
-        if params.get("initial_oracle") is not None:
+    def __init__(self, params: GraphCBParams) -> None:
+        self.params = params
+        self.graph: np.ndarray | None = None
+        self.form: CandidateForm | None = None  # None: the fixed-K form
+        if params.action_features is not None:
+            self.form = CandidateForm(feature_dim=params.feature_dim or 0,
+                                      action_features=params.action_features,
+                                      max_actions=params.max_actions)
+            oracle = self._oracle(params, self.form.max_actions, "pairs", self.form.pair_dim)
+            if params.graph_kind is not None:
+                named_graph(params.graph_kind, 1)  # (a bad name: refused now)
+        else:
+            if params.graph is not None:
+                self.graph = as_graph(params.graph)
+            actions = params.actions
+            if actions is None:
+                if self.graph is None:
+                    raise LearnerError("parameter 'actions' is required")
+                actions = self.graph.shape[0]
+                if actions > MAX_ACTIONS:
+                    raise LearnerError(
+                        f"parameter 'actions' must be at most {MAX_ACTIONS}, got {actions}")
+            if self.graph is not None and self.graph.shape[0] != actions:
+                raise LearnerError(
+                    f"'graph' has {self.graph.shape[0]} actions but 'actions' is {actions}")
+            if params.graph_kind is not None:
+                self.graph = named_graph(params.graph_kind, actions)
+            assert params.feature_dim is not None  # (required in this form: GraphCBParams)
+            oracle = self._oracle(params, actions, params.feature_layout or "shared",
+                                  params.feature_dim)
+        if params.initial_oracle is not None:
             try:
-                oracle.load_state(params["initial_oracle"])
+                oracle.load_state(params.initial_oracle)
             except (KeyError, TypeError, ValueError) as exc:  # (LearnerError is a ValueError)
                 raise LearnerError(f"parameter 'initial_oracle' is not a state of this "
                                    f"oracle: {exc}") from None
-        learner = cls(params, graph, oracle, GammaSchedule.from_params(params), form)
-        learner.check_params()
-        return learner
+        self.oracle = oracle
+        self.actions = oracle.actions
+        self.graph_alpha = None if self.graph is None else independence_number(self.graph)
+        self.schedule = GammaSchedule(params.gamma_schedule, params.schedule_settings())
 
-    def check_params(self) -> None:
-        """Validate algorithm-specific parameters (``self.params``); raise LearnerError."""
+    @staticmethod
+    def _oracle(params: GraphCBParams, actions: int, layout: str, feature_dim: int) -> Oracle:
+        """The regression oracle parameter ``oracle`` chooses, on ``feature_dim`` features in
+        ``layout`` (``pairs``: one regressor on pair features, for up to ``actions``
+        candidates).
+
+        ``linear``: ``update`` (sgd | rls), ``learning_rate`` (0.1), ``ridge`` (1), ``bias``.
+        ``neural`` (needs torch, the ``neural`` extra): ``hidden_size`` (default 32; 0 is the
+        paper's ``sigmoid((M x)_a)``), ``learning_rate`` (default 0.5), ``bias``,
+        ``oracle_seed`` (seed of the initial weights, default 0).
+        """
+        if params.oracle == "linear":
+            return LinearOracle(
+                actions=actions, feature_dim=feature_dim, layout=layout, update=params.update,
+                learning_rate=0.1 if params.learning_rate is None else params.learning_rate,
+                ridge=1.0 if params.ridge is None else params.ridge, bias=params.bias,
+            )
+        return NeuralOracle(
+            actions=actions, feature_dim=feature_dim, layout=layout,
+            hidden_size=(NEURAL_HIDDEN_SIZE if params.hidden_size is None
+                         else params.hidden_size),
+            learning_rate=(NEURAL_LEARNING_RATE if params.learning_rate is None
+                           else params.learning_rate),
+            bias=params.bias, seed=0 if params.oracle_seed is None else params.oracle_seed,
+        )
 
     @abstractmethod
     def distribution(
@@ -187,10 +201,10 @@ class GraphCBLearner(Learner):
         """A candidate set's graph: the context's, else the ``graph_kind`` over its size."""
         if given is not None:
             return as_graph(given, candidates)
-        if self.params.get("graph_kind") is None:
+        if self.params.graph_kind is None:
             raise LearnerError("no feedback graph: set parameter 'graph_kind' or send 'graph' "
                                "with every context")
-        return named_graph(str(self.params["graph_kind"]), candidates)
+        return named_graph(self.params.graph_kind, candidates)
 
     def _decided(self, fhat: np.ndarray, graph: np.ndarray, per_event: bool,
                  rng: np.random.Generator) -> tuple[JSON, JSON]:
@@ -267,16 +281,6 @@ class GraphCBLearner(Learner):
     def expire(self, pending: Mapping[str, Any]) -> Learned:
         return Learned(done=True, metrics={"timed_out": 1.0})
 
-    def to_state(self) -> JSON:
-        return {
-            "oracle": self.oracle.to_state(),
-            "schedule": self.schedule.to_state(),
-        }
-
-    def load_state(self, state: Mapping[str, Any]) -> None:
-        self.oracle.load_state(state["oracle"])
-        self.schedule.load_state(state["schedule"])
-
     @classmethod
     def warm_params(
         cls, params: Mapping[str, Any], logged: Iterable[LoggedExample]
@@ -312,8 +316,8 @@ class GraphCBLearner(Learner):
         ``graph_kind`` lets the played one reveal them (a logged per-event graph is not kept)."""
         candidates = example.candidates or []
         ids = [str(c["id"]) for c in candidates]
-        kind = self.params.get("graph_kind")
-        graph = np.eye(len(ids)) if kind is None else named_graph(str(kind), len(ids))
+        kind = self.params.graph_kind
+        graph = np.eye(len(ids)) if kind is None else named_graph(kind, len(ids))
         losses = {ids[example.action]: -example.reward}
         losses |= {ids[a]: -reward for a, reward in example.revealed.items()
                    if a < len(ids) and graph[example.action, a] > 0}

@@ -14,9 +14,9 @@ adds the shared example's features to every action; they set the level of the lo
 ranking). So a candidate never seen before is scored from its features like any other.
 
 Parameters of the form: ``action_features`` d_a >= 1 (required), ``feature_dim`` D >= 0
-(default 0: no shared part), ``max_actions`` (default :data:`DEFAULT_MAX_ACTIONS`, at most
-the family's ``MAX_ACTIONS``): how many candidates an event may offer. ``actions``,
-``graph`` and ``feature_layout`` belong to the fixed-K form and are refused beside
+(default 0: no shared part), ``max_actions`` (default 100, at most ``MAX_ACTIONS``): how
+many candidates an event may offer (declared in :mod:`banditflow.learners.graph_cb.params`).
+``actions``, ``graph`` and ``feature_layout`` belong to the fixed-K form and are refused beside
 ``action_features``; ``graph_kind`` names the graph of every event's candidates.
 
 Feedback ``losses`` are keyed by a candidate's id or by its 0-based index in the event's
@@ -41,11 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from banditflow.learners.base import ContradictingFeedback, LearnerError, require
-
-DEFAULT_MAX_ACTIONS = 100
-# Parameters of the fixed-K form that have no meaning for a candidate set.
-FIXED_K_PARAMS = ("actions", "graph", "feature_layout")
+from banditflow.learners.base import ContradictingFeedback, LearnerError
 
 
 def pair_features(shared: np.ndarray, actions: np.ndarray) -> np.ndarray:
@@ -92,24 +88,6 @@ class CandidateForm:
     feature_dim: int
     action_features: int
     max_actions: int
-
-    @classmethod
-    def of(cls, params: Mapping[str, Any], most: int) -> CandidateForm | None:
-        """The form ``params`` configure (None: the fixed-K form); ``most`` bounds
-        ``max_actions``."""
-        if params.get("action_features") is None:
-            return None
-        given = [name for name in FIXED_K_PARAMS if params.get(name) is not None]
-        if given:
-            raise LearnerError(f"parameter {given[0]!r} belongs to the fixed-K form; a learner "
-                               "with 'action_features' decides over each event's 'actions'")
-        action_features = require(params, "action_features", int, at_most=most * most)
-        feature_dim = require(params, "feature_dim", int, 0, at_most=most * most)
-        max_actions = require(params, "max_actions", int, DEFAULT_MAX_ACTIONS, at_most=most)
-        if action_features < 1 or feature_dim < 0 or max_actions < 1:
-            raise LearnerError("parameters 'action_features' and 'max_actions' must be >= 1 "
-                               "and 'feature_dim' >= 0")
-        return cls(feature_dim, action_features, max_actions)
 
     @property
     def pair_dim(self) -> int:

@@ -26,7 +26,8 @@ information: docs/results/graph_cb.md, "How it is measured").
 
 :class:`NeuralOracle` (parameter ``oracle: "neural"``, needs torch from the ``neural`` extra,
 imported only when it is built) is the paper's ``sigmoid((M x)_a)`` or a one-hidden-layer
-network, trained by online gradient descent; :func:`build_oracle` chooses from the params.
+network, trained by online gradient descent; the learner's parameter ``oracle`` chooses
+(:meth:`banditflow.learners.graph_cb.base.GraphCBLearner._oracle`).
 
 >>> import numpy as np
 >>> from banditflow.learners.graph_cb.oracles import LinearOracle
@@ -49,11 +50,9 @@ import numpy as np
 
 from banditflow.learners.base import (
     JSON,
-    MAX_STATE_NUMBERS,
     MIN_RIDGE,
     LearnerError,
     check_state_size,
-    require,
 )
 from banditflow.learners.graph_cb import kernels
 from banditflow.learners.graph_cb.candidates import pair_features
@@ -203,7 +202,6 @@ def _dense(array: np.ndarray) -> np.ndarray:
 NEURAL_LEARNING_RATE = 0.5  # default online-gradient step of the neural oracle
 NEURAL_HIDDEN_SIZE = 32  # default hidden width; 0 is the paper's sigmoid((M x)_a)
 ORACLES = ("linear", "neural")
-NEURAL_PARAMS = ("hidden_size", "oracle_seed")
 
 
 class Oracle(Protocol):
@@ -407,55 +405,3 @@ class NeuralOracle:
             restored.append((new_weight, new_offset))
         self.layers = restored
         self.updates = int(state["updates"])
-
-
-def build_oracle(params: Mapping[str, Any], actions: int, pair_dim: int | None = None) -> Oracle:
-    """The oracle chosen by parameter ``oracle`` (``linear``, default, or ``neural``); with
-    ``pair_dim``, one regressor on pair features of that length for up to ``actions``
-    candidates (the ``pairs`` layout), else the ``feature_layout`` on ``feature_dim``.
-
-    ``linear``: ``update`` (sgd | rls), ``learning_rate`` (0.1), ``ridge`` (1), ``bias``.
-    ``neural`` (needs torch, the ``neural`` extra): ``hidden_size`` (default 32; 0 is the
-    paper's ``sigmoid((M x)_a)``), ``learning_rate`` (default 0.5), ``bias``, ``oracle_seed``
-    (seed of the initial weights, default 0); ``update`` may only be ``sgd`` and ``ridge``
-    does not apply.
-    """
-    kind = str(params.get("oracle") or "linear")
-    if kind not in ORACLES:
-        raise LearnerError(f"parameter 'oracle' must be one of {ORACLES}, got {kind!r}")
-    if pair_dim is None:
-        layout = str(params.get("feature_layout") or "shared")
-        if layout not in LAYOUTS:
-            raise LearnerError(
-                f"parameter 'feature_layout' must be one of {LAYOUTS}, got {layout!r}")
-        feature_dim = require(params, "feature_dim", int, at_most=MAX_STATE_NUMBERS)
-    else:
-        layout, feature_dim = "pairs", pair_dim
-    bias = bool(params.get("bias", True))
-    if kind == "linear":
-        given = [name for name in NEURAL_PARAMS if params.get(name) is not None]
-        if given:
-            raise LearnerError(f"parameter {given[0]!r} needs \"oracle\": \"neural\"")
-        return LinearOracle(
-            actions=actions,
-            feature_dim=feature_dim,
-            layout=layout,
-            update=str(params.get("update") or "sgd"),
-            learning_rate=require(params, "learning_rate", float, 0.1),
-            ridge=require(params, "ridge", float, 1.0),
-            bias=bias,
-        )
-    if str(params.get("update") or "sgd") != "sgd":
-        raise LearnerError("the neural oracle learns by online gradient descent: "
-                           "parameter 'update' must be 'sgd'")
-    if params.get("ridge") is not None:
-        raise LearnerError("parameter 'ridge' applies to the linear oracle only")
-    return NeuralOracle(
-        actions=actions,
-        feature_dim=feature_dim,
-        layout=layout,
-        hidden_size=require(params, "hidden_size", int, NEURAL_HIDDEN_SIZE),
-        learning_rate=require(params, "learning_rate", float, NEURAL_LEARNING_RATE),
-        bias=bias,
-        seed=require(params, "oracle_seed", int, 0),
-    )

@@ -10,8 +10,7 @@
 * ``constant``: ``gamma``.
 
 >>> from banditflow.learners.graph_cb.schedules import GammaSchedule
->>> schedule = GammaSchedule.from_params({"gamma_schedule": "doubling", "gamma_initial": 4.0,
-...                                       "reg_sq": 0.1})
+>>> schedule = GammaSchedule("doubling", {"gamma_initial": 4.0, "reg_sq": 0.1})
 >>> schedule.gamma(alpha=1)
 4.0
 >>> schedule.record_decision(0.5)
@@ -23,20 +22,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, ClassVar, Self
+from typing import Any
 
-from banditflow.learners.base import JSON, LearnerError, require
+from banditflow.learners.base import JSON
 
 SCHEDULES = ("sqrt_alpha", "vw", "doubling", "constant")
 
 
 class GammaSchedule:
     """The gamma of each decision and the counters it depends on (part of learner state)."""
-
-    PARAMS: ClassVar[set[str]] = {
-        "gamma_schedule", "gamma_c", "gamma_scale", "gamma_exponent", "gamma",
-        "gamma_initial", "reg_sq",
-    }
 
     def __init__(self, kind: str, settings: Mapping[str, float]) -> None:
         self.kind = kind
@@ -45,33 +39,6 @@ class GammaSchedule:
         self.learn_calls = 0
         self.doubling_gamma = self.settings.get("gamma_initial", 0.0)
         self.dec_sum = 0.0
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any], default: str = "sqrt_alpha") -> Self:
-        """Read the schedule and its settings (defaults:
-        gamma_c 16, gamma_scale 1, gamma_exponent 0.5, gamma_initial 4, reg_sq 1)."""
-        kind = str(params.get("gamma_schedule") or default)
-        if kind not in SCHEDULES:
-            raise LearnerError(
-                f"parameter 'gamma_schedule' must be one of {', '.join(SCHEDULES)}, got {kind!r}"
-            )
-        if kind == "sqrt_alpha":
-            settings = {"gamma_c": require(params, "gamma_c", float, 16.0)}
-        elif kind == "vw":
-            settings = {
-                "gamma_scale": require(params, "gamma_scale", float, 1.0),
-                "gamma_exponent": require(params, "gamma_exponent", float, 0.5),
-            }
-        elif kind == "doubling":
-            settings = {
-                "gamma_initial": require(params, "gamma_initial", float, 4.0),
-                "reg_sq": require(params, "reg_sq", float, 1.0),
-            }
-        else:
-            settings = {"gamma": require(params, "gamma", float)}
-        if any(value <= 0.0 for name, value in settings.items() if name != "gamma_exponent"):
-            raise LearnerError(f"gamma schedule settings must be positive, got {settings}")
-        return cls(kind, settings)
 
     def gamma(self, alpha: int) -> float:
         """gamma for the next decision, whose graph has independence number ``alpha``."""

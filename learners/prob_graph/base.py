@@ -38,12 +38,12 @@ from __future__ import annotations
 import math
 from abc import abstractmethod
 from collections.abc import Mapping
-from typing import Any, ClassVar, Self
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
 
 from banditflow.learners.base import (
-    JSON,
     ContradictingFeedback,
     Decided,
     Learned,
@@ -51,10 +51,9 @@ from banditflow.learners.base import (
     LearnerError,
     Stats,
     add_stat,
-    check_unknown,
-    require,
 )
-from banditflow.learners.prob_graph.graph import Setting, parse_setting
+from banditflow.learners.declared import Array, Declared, Params, State, param
+from banditflow.learners.prob_graph.graph import parse_setting
 
 
 def parse_rewards(feedback: Mapping[str, Any], arms: int, bernoulli: bool) -> dict[int, float]:
@@ -89,7 +88,29 @@ def decision_key(pending: Mapping[str, Any]) -> str:
     return str(decision)
 
 
-class ProbGraphLearner(Learner):
+@dataclass(frozen=True, kw_only=True)
+class ProbGraphParams(Params):
+    """The parameters every ``prob_graph`` learner takes (see :class:`ProbGraphLearner`);
+    :func:`banditflow.learners.prob_graph.graph.parse_setting` checks the graph."""
+
+    arms: Any  # K, an integer >= 2 (not converted: 2.5 arms is an error)
+    edges: Any
+    rewards: str = param("gaussian")
+    case: str = param("one_step")
+    warmup_observations: int = param(1, ge=1)
+
+
+@dataclass(kw_only=True)
+class ProbGraphState(State):
+    decisions: int
+    plays: Annotated[np.ndarray, Array(written_as=int)]
+    observations: Annotated[np.ndarray, Array(written_as=int)]
+    reward_sums: Annotated[np.ndarray, Array()]
+    open: dict[str, tuple[int, list[int]]]
+    """The open decisions: the arm played and the arms observed so far."""
+
+
+class ProbGraphLearner(Declared, Learner):
     """Base of the ``prob_graph`` family.
 
     Shared parameters: ``arms`` (K), ``edges`` (``[[i, j, p], ...]``), ``rewards``
@@ -99,44 +120,19 @@ class ProbGraphLearner(Learner):
     """
 
     family: ClassVar[str] = "prob_graph"
-    COMMON_PARAMS: ClassVar[set[str]] = {"arms", "edges", "rewards", "case", "warmup_observations"}
-    PARAMS: ClassVar[set[str]] = set()
+    Params = ProbGraphParams
+    State = ProbGraphState
 
-    @classmethod
-    def parameters(cls) -> frozenset[str]:
-        return frozenset(cls.COMMON_PARAMS | cls.PARAMS)
-
-    def __init__(self, setting: Setting, warmup_observations: int) -> None:
-        self.setting = setting
-        self.warmup_observations = warmup_observations
-        arms = setting.arms
+    def __init__(self, params: ProbGraphParams) -> None:
+        self.setting = parse_setting(params.arms, params.edges, params.case, params.rewards)
+        self.warmup_observations = params.warmup_observations
+        arms = self.setting.arms
         self.decisions = 0
         self.plays = np.zeros(arms)
         self.observations = np.zeros(arms)
         self.reward_sums = np.zeros(arms)
         self.open: dict[str, tuple[int, list[int]]] = {}
         self.in_flight = np.zeros(arms)
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> Self:
-        check_unknown(params, cls.parameters())
-        if "arms" not in params or "edges" not in params:
-            raise LearnerError("parameters 'arms' and 'edges' are required")
-        setting = parse_setting(
-            params["arms"],
-            params["edges"],
-            params.get("case", "one_step"),
-            params.get("rewards", "gaussian"),
-        )
-        warmup = require(params, "warmup_observations", int, 1)
-        if warmup < 1:
-            raise LearnerError(f"parameter 'warmup_observations' must be >= 1, got {warmup}")
-        return cls(setting, warmup, **cls.parse_options(params))
-
-    @classmethod
-    def parse_options(cls, params: Mapping[str, Any]) -> dict[str, Any]:
-        """The algorithm's own constructor arguments, validated (none by default)."""
-        return {}
 
     @property
     def arms(self) -> int:
@@ -253,29 +249,7 @@ class ProbGraphLearner(Learner):
             "in_flight": float(self.in_flight.sum()),
         }
 
-    def to_state(self) -> JSON:
-        return {
-            "decisions": self.decisions,
-            "plays": [int(n) for n in self.plays],
-            "observations": [int(o) for o in self.observations],
-            "reward_sums": self.reward_sums.tolist(),
-            "open": {key: [arm, list(observed)] for key, (arm, observed) in self.open.items()},
-        }
-
-    def load_state(self, state: Mapping[str, Any]) -> None:
-        for name in ("plays", "observations", "reward_sums"):
-            if len(state[name]) != self.arms:
-                raise LearnerError(
-                    f"state {name!r} has {len(state[name])} arms, expected {self.arms}"
-                )
-        self.decisions = int(state["decisions"])
-        self.plays = np.array(state["plays"], dtype=float)
-        self.observations = np.array(state["observations"], dtype=float)
-        self.reward_sums = np.array(state["reward_sums"], dtype=float)
-        self.open = {
-            str(key): (int(arm), [int(j) for j in observed])
-            for key, (arm, observed) in state["open"].items()
-        }
+    def restored(self) -> None:
         self.in_flight = np.zeros(self.arms)
         for arm, _ in self.open.values():
             self.in_flight[arm] += 1

@@ -80,15 +80,16 @@ True
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
 
-from banditflow.learners.base import JSON, LearnerError, require
-from banditflow.learners.prob_graph.base import ProbGraphLearner
+from banditflow.learners.base import LearnerError
+from banditflow.learners.declared import Array, State, param
+from banditflow.learners.prob_graph.base import ProbGraphLearner, ProbGraphParams, ProbGraphState
 from banditflow.learners.prob_graph.bound import information_targets, solve_lp
-from banditflow.learners.prob_graph.graph import Setting, sample_reach_counts
+from banditflow.learners.prob_graph.graph import sample_reach_counts
 
 LP_CHOICES = ("progress", "reveal", "ratio")
 """Rules for the LP branch's arm among those below their targets (module docstring, step 5)."""
@@ -140,6 +141,39 @@ def threshold_reachability(estimate: np.ndarray, gamma: float) -> np.ndarray:
     return kept
 
 
+@dataclass(frozen=True, kw_only=True)
+class LPPolicyParams(ProbGraphParams):
+    alpha_rule: str = param("log_minus_loglog", choices=ALPHA_RULES)
+    alpha_scale: float = param(1.0, gt=0)
+    beta_a: float = param(0.5, gt=0, le=0.5)
+    beta_b: float = param(0.5, gt=0, lt=1)
+    forced_count: str = param("m", choices=("m", "o"))
+    guard_ratio: float = param(2.0, gt=1)
+    tie_break: bool = param(True)
+    lp_choice: str = param("progress", choices=LP_CHOICES)
+    lp_tolerance: float = param(0.01, ge=0)
+    kl_clip: float = param(1e-3, gt=0, lt=0.5)
+    mc_samples: int = param(500, ge=1, cap=MAX_MC_SAMPLES)
+    gamma0: float = param(0.2, gt=0, le=1)
+    target_shrink: float = param(1.0, ge=0)
+
+
+@dataclass(kw_only=True)
+class LPPolicyState(ProbGraphState):
+    exploration_rounds: int
+    lp_solves: int
+    lp_cache: dict[str, Any] | None
+
+
+@dataclass(kw_only=True)
+class CascadeState(LPPolicyState):
+    """The cascade case also keeps its Monte Carlo reachability estimate."""
+
+    reach_counts: Annotated[np.ndarray, Array(dtype=np.int64)]
+    reach_samples: int
+    level: int
+
+
 class LPPolicy(ProbGraphLearner):
     """Asymptotically optimal LP-based policy (``algorithm = "lp_policy"``).
 
@@ -153,61 +187,31 @@ class LPPolicy(ProbGraphLearner):
     """
 
     algorithm: ClassVar[str] = "lp_policy"
-    PARAMS: ClassVar[set[str]] = {
-        "alpha_rule",
-        "alpha_scale",
-        "beta_a",
-        "beta_b",
-        "forced_count",
-        "guard_ratio",
-        "tie_break",
-        "lp_choice",
-        "lp_tolerance",
-        "kl_clip",
-        "mc_samples",
-        "gamma0",
-        "target_shrink",
-    }
+    Params = LPPolicyParams
 
-    def __init__(
-        self,
-        setting: Setting,
-        warmup_observations: int,
-        *,
-        alpha_rule: str,
-        alpha_scale: float,
-        beta_a: float,
-        beta_b: float,
-        forced_count: str,
-        guard_ratio: float,
-        tie_break: bool,
-        lp_choice: str,
-        lp_tolerance: float,
-        kl_clip: float,
-        mc_samples: int,
-        gamma0: float,
-        target_shrink: float,
-    ) -> None:
-        super().__init__(setting, warmup_observations)
-        if setting.case == "cascade" and mc_samples * setting.arms**3 > MAX_CASCADE_WORK:
+    def __init__(self, params: LPPolicyParams) -> None:
+        super().__init__(params)
+        setting = self.setting
+        if setting.case == "cascade" and params.mc_samples * setting.arms**3 > MAX_CASCADE_WORK:
             raise LearnerError(
-                f"the cascade case with {setting.arms} arms and mc_samples = {mc_samples} would "
-                f"take about {mc_samples * setting.arms**3:.1e} steps per reachability refresh "
-                f"(at most {MAX_CASCADE_WORK:.0e}): use fewer arms or samples"
+                f"the cascade case with {setting.arms} arms and mc_samples = "
+                f"{params.mc_samples} would take about {params.mc_samples * setting.arms**3:.1e} "
+                f"steps per reachability refresh (at most {MAX_CASCADE_WORK:.0e}): use fewer "
+                "arms or samples"
             )
-        self.alpha_rule = alpha_rule
-        self.alpha_scale = alpha_scale
-        self.beta_a = beta_a
-        self.beta_b = beta_b
-        self.forced_count = forced_count
-        self.guard_ratio = guard_ratio
-        self.tie_break = tie_break
-        self.lp_choice = lp_choice
-        self.lp_tolerance = lp_tolerance
-        self.kl_clip = kl_clip
-        self.mc_samples = mc_samples
-        self.gamma0 = gamma0
-        self.target_shrink = target_shrink
+        self.alpha_rule = params.alpha_rule
+        self.alpha_scale = params.alpha_scale
+        self.beta_a = params.beta_a
+        self.beta_b = params.beta_b
+        self.forced_count = params.forced_count
+        self.guard_ratio = params.guard_ratio
+        self.tie_break = params.tie_break
+        self.lp_choice = params.lp_choice
+        self.lp_tolerance = params.lp_tolerance
+        self.kl_clip = params.kl_clip
+        self.mc_samples = params.mc_samples
+        self.gamma0 = params.gamma0
+        self.target_shrink = params.target_shrink
         self.exploration_rounds = 0
         self.lp_solves = 0
         self.lp_cache: dict[str, Any] | None = None
@@ -216,45 +220,13 @@ class LPPolicy(ProbGraphLearner):
         self.level = 0
         self.matrix = setting.probabilities
 
-    @classmethod
-    def parse_options(cls, params: Mapping[str, Any]) -> dict[str, Any]:
-        options = {
-            "alpha_rule": params.get("alpha_rule", "log_minus_loglog"),
-            "alpha_scale": require(params, "alpha_scale", float, 1.0),
-            "beta_a": require(params, "beta_a", float, 0.5),
-            "beta_b": require(params, "beta_b", float, 0.5),
-            "forced_count": params.get("forced_count", "m"),
-            "guard_ratio": require(params, "guard_ratio", float, 2.0),
-            "tie_break": params.get("tie_break", True),
-            "lp_choice": params.get("lp_choice", "progress"),
-            "lp_tolerance": require(params, "lp_tolerance", float, 0.01),
-            "kl_clip": require(params, "kl_clip", float, 1e-3),
-            "mc_samples": require(params, "mc_samples", int, 500, at_most=MAX_MC_SAMPLES),
-            "gamma0": require(params, "gamma0", float, 0.2),
-            "target_shrink": require(params, "target_shrink", float, 1.0),
-        }
-        checks = {
-            "alpha_rule": (
-                options["alpha_rule"] in ALPHA_RULES,
-                " or ".join(map(repr, ALPHA_RULES)),
-            ),
-            "alpha_scale": (options["alpha_scale"] > 0, "> 0"),
-            "beta_a": (0 < options["beta_a"] <= 0.5, "in (0, 0.5]"),
-            "beta_b": (0 < options["beta_b"] < 1, "in (0, 1)"),
-            "forced_count": (options["forced_count"] in ("m", "o"), "'m' or 'o'"),
-            "guard_ratio": (options["guard_ratio"] > 1, "> 1"),
-            "tie_break": (isinstance(options["tie_break"], bool), "true or false"),
-            "lp_choice": (options["lp_choice"] in LP_CHOICES, " or ".join(map(repr, LP_CHOICES))),
-            "lp_tolerance": (options["lp_tolerance"] >= 0, ">= 0"),
-            "kl_clip": (0 < options["kl_clip"] < 0.5, "in (0, 0.5)"),
-            "mc_samples": (options["mc_samples"] >= 1, ">= 1"),
-            "gamma0": (0 < options["gamma0"] <= 1, "in (0, 1]"),
-            "target_shrink": (options["target_shrink"] >= 0, ">= 0"),
-        }
-        for name, (valid, expected) in checks.items():
-            if not valid:
-                raise LearnerError(f"parameter {name!r} must be {expected}, got {options[name]!r}")
-        return options
+    def state_record(self) -> type[State]:
+        return CascadeState if self.setting.case == "cascade" else LPPolicyState
+
+    def restored(self) -> None:
+        super().restored()
+        if self.setting.case == "cascade" and self.reach_samples:
+            self._refresh_matrix()
 
     def plugin_means(self) -> np.ndarray:
         """``thetahat``; Bernoulli estimates are clipped into ``[kl_clip, 1 - kl_clip]``."""
@@ -415,27 +387,3 @@ class LPPolicy(ProbGraphLearner):
             "exploration_rounds": float(self.exploration_rounds),
             "lp_solves": float(self.lp_solves),
         }
-
-    def to_state(self) -> JSON:
-        state = super().to_state()
-        state["exploration_rounds"] = self.exploration_rounds
-        state["lp_solves"] = self.lp_solves
-        state["lp_cache"] = None if self.lp_cache is None else dict(self.lp_cache)
-        if self.setting.case == "cascade":
-            state["reach_counts"] = self.reach_counts.tolist()
-            state["reach_samples"] = self.reach_samples
-            state["level"] = self.level
-        return state
-
-    def load_state(self, state: Mapping[str, Any]) -> None:
-        super().load_state(state)
-        self.exploration_rounds = int(state["exploration_rounds"])
-        self.lp_solves = int(state["lp_solves"])
-        cache = state["lp_cache"]
-        self.lp_cache = None if cache is None else dict(cache)
-        if self.setting.case == "cascade":
-            self.reach_counts = np.array(state["reach_counts"], dtype=np.int64)
-            self.reach_samples = int(state["reach_samples"])
-            self.level = int(state["level"])
-            if self.reach_samples:
-                self._refresh_matrix()

@@ -67,7 +67,8 @@ def test_pair_features_cross_the_shared_part_with_the_action() -> None:
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 def test_decision_feedback_by_id_or_index_and_state(algorithm: str) -> None:
-    learner = make_learner("graph_cb", algorithm, {**FORM, "update": "rls"})
+    params = {**FORM, "update": "rls"}
+    learner = make_learner("graph_cb", algorithm, params)
     decided = learner.decide(CONTEXT, np.random.default_rng(4))
     output = decided.output
     assert set(output) == {"action", "action_id", "p", "gamma", "dec"}
@@ -79,7 +80,7 @@ def test_decision_feedback_by_id_or_index_and_state(algorithm: str) -> None:
     learner.learn(decided.pending, {"losses": {str(output["action"]): 0.25}})
     by_id.learn(decided.pending, {"losses": {output["action_id"]: 0.25}})
     assert learner.to_state() == by_id.to_state()
-    restored = type(learner).from_state(learner.params, json.loads(json.dumps(learner.to_state())))
+    restored = type(learner).from_state(params, json.loads(json.dumps(learner.to_state())))
     again = [m.decide(CONTEXT, np.random.default_rng(9)).output for m in (learner, restored)]
     assert again[0] == again[1]
 
