@@ -2,56 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import numpy as np
 
-from pydantic import ConfigDict, Field
-from typing_extensions import TypedDict  # (pydantic reads a TypedDict from here before 3.12)
+from banditflow.learners.family import JSON, Application, Contract, Family
 
-from banditflow.learners.family import Family
-from banditflow.learners.fields import FEATURES
+_ACTIONS, _DIM = 3, 2
 
 
-class Candidate(TypedDict):
-    """One action a graph_cb context offers (learners configured with ``action_features``)."""
+def features_context(rng: np.random.Generator, dim: int = _DIM) -> JSON:
+    """A small random feature vector inside the unit ball (the contract's contexts; deferral's
+    too)."""
+    x = rng.normal(size=dim)
+    return {"features": (0.9 * x / max(1.0, float(np.linalg.norm(x)))).round(6).tolist()}
 
-    __pydantic_config__ = ConfigDict(  # type: ignore[misc]
-        strict=True, allow_inf_nan=False, extra="forbid")
 
-    id: Annotated[str, Field(min_length=1, max_length=256)]
-    features: list[float]
+def _feedback(output: JSON, rng: np.random.Generator) -> list[JSON]:
+    return [{"losses": {str(output["action"]): round(float(rng.random()), 6)}}]
+
+
+def _valid(output: JSON) -> bool:
+    p = np.asarray(output["p"])
+    return bool(p.shape == (_ACTIONS,) and np.all(p >= 0) and abs(p.sum() - 1) < 1e-9
+                and 0 <= output["action"] < _ACTIONS and p[output["action"]] > 0)
 
 
 FAMILY = Family(
     name="graph_cb",
     algorithms="banditflow.learners.graph_cb",
-    context={
-        "features": FEATURES,
-        "graph": (
-            list[list[float]] | None,
-            Field(None, description="graph_cb: per-event feedback graph, G[a][j] = P(a reveals j)"),
-        ),
-        "actions": (
-            list[Candidate] | None,
-            Field(None, min_length=1, description=(
-                "graph_cb learners with action_features: this event's candidate actions, each "
-                "an id (unique within the event) and its features; the decision's action is "
-                "an index into this list (with its action_id), and feedback may key losses "
-                "by id")),
-        ),
-    },
-    sized={"features": "max_features", "graph": "max_features", "actions": "max_features"},
-    feedback={
-        "losses": (
-            dict[str, float] | None,
-            Field(None, description="graph_cb: revealed action (index or candidate id) -> loss")
-        ),
-    },
-    truth={
-        "all_losses": (
-            dict[str, float] | None,
-            Field(None, description="graph_cb: every action's loss (exact regret)"),
-        ),
-    },
+    events="banditflow.schemas.graph_cb",
     gauges={"mean_loss": "Progressive-validation loss (graph_cb)"},
     played_action="action",
     revealed="losses",
@@ -60,4 +38,11 @@ FAMILY = Family(
     action_distribution=True,
     evaluation="banditflow.offline.evaluation.graph_cb",
     logs=("banditflow.offline.logs.graph_cb",),
+    application=Application("graph_cb-digits-random", "squarecb_g", "epsilon_greedy", 2000,
+                            100.0),
+    contract=Contract(
+        features_context, _feedback, _valid,
+        {"actions": _ACTIONS, "feature_dim": _DIM, "graph_kind": "full"},
+        bad_context={"features": [0.1] * (_DIM + 1)},
+    ),
 )
