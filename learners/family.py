@@ -23,11 +23,43 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from banditflow.learners.base import Learner
+
 JSON = dict[str, Any]
+
+
+class OffPolicyView(Protocol):
+    """What live off-policy evaluation (:mod:`banditflow.processors.ope`) reads of the
+    learners of a family whose decisions carry a distribution ``p`` over actions: the
+    family's answer, so that the evaluation names no family's parameters or attributes."""
+
+    def interface(self, learner: Learner, params: Mapping[str, Any]) -> tuple[Any, ...]:
+        """What a candidate must share with the live learner to be scored on its rounds
+        (its actions, the features it reads, its feedback graph, ...)."""
+        ...
+
+    def reward_model(self, learner: Learner, params: Mapping[str, Any]) -> tuple[int, int]:
+        """The shape of the ridge reward model: how many regressions (one per action, or one
+        over every action's own inputs, see :meth:`action_inputs`) and of how many features
+        (0: an intercept only)."""
+        ...
+
+    def feedback_graph(self, learner: Learner, context: JSON, actions: int) -> np.ndarray:
+        """The decision's feedback graph over its ``actions`` (G[a][j] > 0: playing a
+        reveals j); the identity for bandit feedback."""
+        ...
+
+    def action_inputs(self, learner: Learner,
+                      context: JSON) -> tuple[list[list[float]], list[str]] | None:
+        """Of a learner that scores each action by its own features (candidate sets): one
+        feature row per action of ``context`` and the ids its feedback may name them by. None:
+        the reward model reads the context's one ``features`` vector."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -112,8 +144,10 @@ class Family:
     learners: they then learn from logged rounds as if they had played the logged action, put
     in their pending state under the ``played_action`` key, with its ``revealed`` feedback.
     Its learner configs may also name ``candidates``, scored live the same way
-    (:mod:`banditflow.processors.ope`), which reads the learners through
-    :class:`banditflow.learners.base.ActionPolicy`."""
+    (:mod:`banditflow.processors.ope`), which reads its learners through ``off_policy``."""
+    off_policy: OffPolicyView | None = None
+    """What live off-policy evaluation reads of its learners (needed with
+    ``action_distribution``)."""
     evaluation: str | None = None
     """Module of the family's ``banditflow evaluate`` task (see
     :mod:`banditflow.offline.evaluation`)."""
@@ -128,10 +162,10 @@ class Family:
     the suite)."""
 
     def __post_init__(self) -> None:
-        if self.action_distribution and (self.played_action is None or self.revealed is None):
-            raise ValueError(
-                f"family {self.name!r}: action_distribution needs played_action and revealed"
-            )
+        if self.action_distribution and (self.played_action is None or self.revealed is None
+                                         or self.off_policy is None):
+            raise ValueError(f"family {self.name!r}: action_distribution needs played_action, "
+                             "revealed and off_policy")
         if self.application is not None and self.evaluation is None:
             raise ValueError(f"family {self.name!r}: a simulated application needs evaluation")
 
