@@ -10,6 +10,7 @@ with the model of its learner's family.
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, NamedTuple, Union
 
@@ -169,12 +170,27 @@ _ENVELOPE = ConfigDict(extra="allow")
 
 
 def _known_fields(record: BaseModel, kind: str) -> None:
+    extra = record.model_extra or {}
     known = {name for other in families()
              for name in payload_fields(getattr(family_events(other), kind))}
-    unknown = sorted(name for name in record.model_extra or {} if name not in known)
+    unknown = sorted(name for name in extra if name not in known)
     if unknown:
         raise ValueError(f"{', '.join(unknown)}: Extra inputs are not permitted (no family's "
                          f"{kind} has such a field)")
+    for name, value in extra.items():  # (no family's field takes NaN or Infinity)
+        if not _finite(value):
+            raise PydanticCustomError("finite_number", "{name}: Input should be a finite number",
+                                      {"name": name})
+
+
+def _finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list):
+        return all(_finite(item) for item in value)
+    if isinstance(value, dict):
+        return all(_finite(item) for item in value.values())
+    return True
 
 
 class ContextEnvelope(ContextRecord):

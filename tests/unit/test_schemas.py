@@ -10,6 +10,7 @@ import pytest
 from banditflow.schemas import (
     MODELS,
     ContextEnvelope,
+    FeedbackEnvelope,
     LearnerConfig,
     Limits,
     Rejected,
@@ -121,6 +122,9 @@ def test_the_published_schemas_are_any_familys_record() -> None:
             "greater than 0",
         ),
         (ContextEnvelope, b"\xff\xfe", "malformed_json", "UTF-8"),
+        # read before the learner's family is known: another family's field, not finite
+        (FeedbackEnvelope, b'{"learner_id": "a", "event_id": "1", "label": "y",'
+         b' "model_reward": NaN}', "non_finite", "model_reward: Input should be a finite"),
     ],
 )
 def test_rejections_explain_themselves(model, raw: bytes, reason: str, words: str) -> None:
