@@ -275,7 +275,9 @@ def payload_fields(model: type[Record]) -> list[str]:
 def _topic_model(kind: str, doc: str) -> Any:
     """One model per topic for its published JSON Schema and the gateway's OpenAPI document:
     any family's record (``anyOf``: a record does not name its family, its learner's config
-    does, and one may fit several families, e.g. a ``features``-only context)."""
+    does, and one may fit several families, e.g. a ``features``-only context), of the
+    families known when this module is first imported (the built-in ones; the worker checks
+    a record with its family's model, :func:`family_events`, whenever that was registered)."""
     members = tuple(getattr(family_events(name), kind) for name in families())
     model = RootModel[Union[members]]  # type: ignore[valid-type]  # noqa: UP007
     return type(kind.capitalize(), (model,), {"__doc__": doc, "__module__": __name__})
