@@ -178,19 +178,24 @@ def _known_fields(record: BaseModel, kind: str) -> None:
         raise ValueError(f"{', '.join(unknown)}: Extra inputs are not permitted (no family's "
                          f"{kind} has such a field)")
     for name, value in extra.items():  # (no family's field takes NaN or Infinity)
-        if not _finite(value):
-            raise PydanticCustomError("finite_number", "{name}: Input should be a finite number",
-                                      {"name": name})
+        where = _non_finite(value, name)
+        if where is not None:
+            raise PydanticCustomError("finite_number", "{where}: Input should be a finite number",
+                                      {"where": where})
 
 
-def _finite(value: Any) -> bool:
+def _non_finite(value: Any, where: str) -> str | None:
+    """Where ``value`` (at ``where``) holds a NaN or an infinity, as pydantic names a place
+    (``actions.0.features.1``); None if nowhere."""
     if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, list):
-        return all(_finite(item) for item in value)
-    if isinstance(value, dict):
-        return all(_finite(item) for item in value.values())
-    return True
+        return None if math.isfinite(value) else where
+    items = (enumerate(value) if isinstance(value, list)
+             else value.items() if isinstance(value, dict) else ())
+    for key, item in items:
+        found = _non_finite(item, f"{where}.{key}")
+        if found is not None:
+            return found
+    return None
 
 
 class ContextEnvelope(ContextRecord):
