@@ -1,7 +1,8 @@
 """Families and algorithms by name: the one place that lists the learner families.
 
 Each family declares its front door, a :class:`banditflow.learners.family.Family` (``FAMILY`` in its
-``family`` module): event fields, gauges, evaluation task, log builders, and the module of its
+``family`` module): the modules of its event models, evaluation task and log builders, its
+gauges, simulated application and contract-test parameters, and the module of its
 algorithms (``ALGORITHMS: dict[str, type[Learner]]``, imported when first used, so that, e.g.,
 the torch-based learners cost nothing until then). Adding a family is one line in
 :data:`FAMILIES`; a family defined elsewhere (a plug-in, a test) is added with
@@ -16,7 +17,6 @@ the torch-based learners cost nothing until then). Adding a family is one line i
 from __future__ import annotations
 
 import importlib
-import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -50,14 +50,10 @@ def families() -> dict[str, Family]:
 
 
 def register(declared: Family) -> None:
-    """Adds a family defined outside this package. Its event fields must be fields the event
-    schemas already have (the schemas are built from the families known when
-    :mod:`banditflow.schemas` is first imported), with the same types."""
+    """Adds a family defined outside this package (a plug-in, a test): its declaration names
+    its own modules (algorithms, event models, ...), so nothing here changes."""
     if declared.name in FAMILIES or declared.name in _registered:
         raise LearnerError(f"family {declared.name!r} is already registered")
-    events = sys.modules.get("banditflow.schemas.events")
-    if events is not None:
-        events.check_declared(declared)
     _registered[declared.name] = declared
 
 

@@ -141,9 +141,9 @@ class CandidateAnswers:
 def candidate_traffic(events: int, seed: int) -> Any:
     """``events`` requests of the task as a family's traffic
     (:class:`banditflow.offline.environments.Traffic`), for ``banditflow simulate``."""
-    from banditflow.offline.environments import APPLICATIONS, Traffic
+    from banditflow.offline.environments import Traffic
 
     task = CandidateTask(seed=seed, rounds=events)
-    return Traffic(APPLICATIONS["graph_cb"], CandidateAnswers(task),
+    return Traffic(CandidateAnswers(task),
                    lambda algorithm: {**task.params, "update": "rls"},
                    [task.request(t) for t in range(events)])

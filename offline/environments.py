@@ -3,6 +3,9 @@
 They are pure (numpy only), so the Kafka simulator and offline tests drive the same ones.
 
 >>> import numpy as np
+
+from banditflow.learners.family import Application
+from banditflow.learners.registry import families
 >>> env = GaussianScores(labels=5, alpha=0.9)
 >>> round(env.tau_star, 4)
 -0.2816
@@ -14,12 +17,15 @@ from __future__ import annotations
 
 import argparse
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
 import numpy as np
+
+from banditflow.learners.family import Application
+from banditflow.learners.registry import families
 
 
 @dataclass(frozen=True)
@@ -76,37 +82,12 @@ class GaussianScores:
 
 
 # ----------------------------------------------------------------- one application per family
-@dataclass(frozen=True)
-class Application:
-    """What a family's simulated application plays: a make-log log (bundled data or a paper
-    scenario), the learner and the baseline it compares on the same traffic, and the
-    evaluation options of its task (``banditflow evaluate --family F``)."""
-
-    family: str
-    log: str  # a ``banditflow make-log`` name
-    learner: str
-    baseline: str
-    events: int  # the demo's default number of contexts
-    rate: float  # ... and contexts per second
-    options: tuple[str, ...] = ()
-    learner_params: dict[str, Any] = field(default_factory=dict)  # the learner's only
-    log_option: str = "--log"  # the evaluate option that reads the log
-
-
-APPLICATIONS: dict[str, Application] = {
-    # SPS needs the most rounds to show its set size near the oracle's: it sets the demo's
-    # length.
-    "conformal": Application("conformal", "conformal-gaussian", "sps", "greedy", 8000, 300.0,
-                             ("--alpha", "0.9")),
-    "graph_cb": Application("graph_cb", "graph_cb-digits-random", "squarecb_g",
-                            "epsilon_greedy", 2000, 100.0),
-    # UCB defers at random for its first 200 rounds (as in docs/results/deferral.sh): without
-    # it the human arm, never tried, never looks better than the model.
-    "deferral": Application("deferral", "deferral-digits", "ucb", "model_only", 2000, 100.0,
-                            learner_params={"warmup": 200}),
-    "prob_graph": Application("prob_graph", "prob-graph-revealing", "lp_policy", "ucb_n",
-                              2000, 100.0, log_option="--scenario"),
-}
+def applications() -> dict[str, Application]:
+    """Each family's simulated application (its front door's
+    :class:`banditflow.learners.family.Application`), by family; a family that declares none
+    is not simulated."""
+    return {name: declared.application for name, declared in families().items()
+            if declared.application is not None}
 
 
 @dataclass
@@ -116,7 +97,6 @@ class Traffic:
     simulation answer alike), the ground truth for the ``truth`` topic, and the learner
     parameters (``params_for(algorithm)``)."""
 
-    application: Application
     task: Any
     params_for: Any
     rounds: list[Any]
@@ -145,12 +125,14 @@ class Traffic:
         return getattr(self.task, "budget", None)
 
 
-def traffic(application: Application, events: int, seed: int, workdir: Path) -> Traffic:
-    """``events`` rounds of ``application``: its log built into ``workdir`` with the make-log
-    builder and read by the family's evaluation task, exactly as ``banditflow make-log`` then
-    ``banditflow evaluate`` would."""
+def traffic(family_name: str, events: int, seed: int, workdir: Path) -> Traffic:
+    """``events`` rounds of the family's application: its log built into ``workdir`` with the
+    make-log builder and read by the family's evaluation task, exactly as ``banditflow
+    make-log`` then ``banditflow evaluate`` would."""
     from banditflow.offline.evaluation import add_evaluate_options, build_task
     from banditflow.offline.logs import builders
+
+    application = applications()[family_name]
 
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / f"{application.log}-{events}-{seed}.json"
@@ -158,9 +140,9 @@ def traffic(application: Application, events: int, seed: int, workdir: Path) -> 
     parser = argparse.ArgumentParser()
     add_evaluate_options(parser)
     args = parser.parse_args([
-        "--family", application.family, "--learner", application.learner,
+        "--family", family_name, "--learner", application.learner,
         "--horizon", str(events), "--out", str(workdir), application.log_option, str(path),
         *application.options,
     ])
     task, params_for = build_task(args, seed)
-    return Traffic(application, task, params_for, list(task.rounds()))
+    return Traffic(task, params_for, list(task.rounds()))

@@ -38,8 +38,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from banditflow.learners.base import JSON, Learner, LearnerError, check_state_size
-from banditflow.learners.family import Family
-from banditflow.learners.graph_cb.candidates import CandidateForm, pair_features
+from banditflow.learners.family import Family, OffPolicyView
 from banditflow.learners.registry import learner_class, make_learner
 from banditflow.processors.estimators import (
     MIN_PROPENSITY,
@@ -79,22 +78,18 @@ def _unit_draw(seed: int, name: str, event_id: str) -> float:
     return int.from_bytes(digest, "little") / 2.0**64
 
 
-def model_features(params: Mapping[str, Any]) -> int:
-    """The reward model's feature count for a learner's ``params``: its ``feature_dim`` (a
-    learner of candidate sets: its pair features' length) up to :data:`MODEL_MAX_FEATURES`,
-    else 0 (intercept only)."""
-    dim = params.get("feature_dim")
-    action_features = params.get("action_features")
-    if isinstance(action_features, int):
-        shared = dim if isinstance(dim, int) else 0
-        dim = shared * action_features + action_features + shared
-    return dim if isinstance(dim, int) and 0 < dim <= MODEL_MAX_FEATURES else 0
+def _view(declared: Family) -> OffPolicyView:
+    assert declared.off_policy is not None  # (an action_distribution family: see Family)
+    return declared.off_policy
 
 
-def _form(learner: Learner) -> CandidateForm | None:
-    """The learner's candidate-set form (graph_cb's ``action_features``), if it has one."""
-    form = getattr(learner, "form", None)
-    return form if isinstance(form, CandidateForm) else None
+def reward_model_shape(declared: Family, learner: Learner,
+                       params: Mapping[str, Any]) -> tuple[int, int]:
+    """The reward model's regressions and features for ``learner`` (built from ``params``),
+    as its family says, its features up to :data:`MODEL_MAX_FEATURES` (else 0: intercept
+    only)."""
+    models, features = _view(declared).reward_model(learner, params)
+    return models, features if features <= MODEL_MAX_FEATURES else 0
 
 
 class RewardModel:
@@ -284,24 +279,6 @@ def state_numbers(value: Any, seen: set[int] | None = None) -> int:
     return 0
 
 
-def _interface(learner: Learner, params: Mapping[str, Any]) -> tuple[Any, ...]:
-    """What a candidate must share with the live learner to be scored on its rounds: the
-    actions, the features it reads and the feedback graph."""
-    graph = getattr(learner, "graph", None)
-    return (getattr(learner, "actions", None), params.get("feature_dim"),
-            params.get("feature_layout"), params.get("action_features"),
-            None if graph is None else np.asarray(graph).tolist())
-
-
-def _graph(fields: Mapping[str, Any], learner: Learner, actions: int) -> np.ndarray:
-    """The feedback graph of a decision: the context's, else the learner's, else bandit
-    feedback (each action reveals its own loss)."""
-    graph = fields.get("graph")
-    if graph is None:
-        graph = getattr(learner, "graph", None)
-    return np.eye(actions) if graph is None else np.asarray(graph, dtype=float)
-
-
 # Unexpected failures of live OPE are logged at most this often (seconds): it runs on every
 # record, and one broken candidate must not flood the log.
 FAILURE_LOG_INTERVAL = 60.0
@@ -349,8 +326,8 @@ class LiveOPE:
                 "which live off-policy evaluation needs to weigh the logged rounds")
         if LOGGED in candidates:
             raise CandidateError(f"candidates: {LOGGED!r} names the logged policy itself")
-        interface = _interface(learner, params)
-        actions = interface[0]
+        view = _view(declared)
+        interface = view.interface(learner, params)
         built = {}
         numbers = state_numbers(learner)
         for name, candidate in candidates.items():
@@ -359,14 +336,13 @@ class LiveOPE:
                                            candidate["params"])
             except Exception as exc:  # whatever the learner refuses its params with
                 raise CandidateError(f"candidate {name!r}: {type(exc).__name__}: {exc}") from None
-            if _interface(built[name], candidate["params"]) != interface:
+            if view.interface(built[name], candidate["params"]) != interface:
                 raise CandidateError(
                     f"candidate {name!r}: its actions, feature_dim, feature_layout and feedback "
                     "graph (or action_features) must be the learner's, for it is scored on the "
                     "learner's rounds")
             numbers += state_numbers(built[name])
-        numbers += RewardModel.numbers(1 if _form(learner) else int(actions or 0),
-                                       model_features(params))
+        numbers += RewardModel.numbers(*reward_model_shape(declared, learner, params))
         try:
             check_state_size(numbers, "the learner with its candidates and reward model")
         except LearnerError as exc:
@@ -389,8 +365,7 @@ class LiveOPE:
             kept[name] = (old if old is not None and old.config == config
                           else Candidate(declared.name, config, decisions, learners[name]))
         if previous is None or previous.model is None:
-            model = RewardModel(1 if _form(learner) else int(learner.actions),
-                                model_features(params))
+            model = RewardModel(*reward_model_shape(declared, learner, params))
             if previous is None:
                 return cls(declared.name, decisions, kept, model=model)
         else:
@@ -408,25 +383,23 @@ class LiveOPE:
         action = int(output[declared.played_action])
         p = np.asarray(output["p"], dtype=float)
         model = self.model
-        form = _form(learner)
-        if model is None or model.actions != (1 if form else len(p)):
+        view = _view(declared)
+        per_action = view.action_inputs(learner, dict(fields))
+        if model is None or model.actions != (1 if per_action is not None else len(p)):
             return None
-        graph = _graph(fields, learner, len(p))
-        if form is not None and fields.get("graph") is None:  # (its graph_kind, over the set)
-            graph = learner.event_graph(None, len(p))  # type: ignore[attr-defined]
+        graph = view.feedback_graph(learner, dict(fields), len(p))
         chances = reveal_chances(p, graph)
         revealed = [int(j) for j in np.flatnonzero(graph[action] > 0)]
         revealed_ids = None
-        if form is None:
+        if per_action is None:
             inputs: list[float] | list[list[float]] = model.inputs(fields.get("features"))
             q = model.predict(inputs)
-        else:  # one input per candidate: its pair features
-            offered = form.offered(fields.get("actions"))
-            rows = [model.inputs(row) for row in pair_features(
-                form.shared(fields.get("features")), offered.features).tolist()]
+        else:  # one input per action (a candidate: its pair features), one regression
+            features, ids = per_action
+            rows = [model.inputs(row) for row in features]
             q = np.array([model.predict(row)[0] for row in rows])
             inputs = [rows[j] for j in revealed]
-            revealed_ids = [offered.ids[j] for j in revealed]
+            revealed_ids = [ids[j] for j in revealed]
         mu = max(float(p[action]), MIN_PROPENSITY)
         terms: dict[str, Scored] = {}
         for name, candidate in self.candidates.items():

@@ -54,14 +54,15 @@ from banditflow.processors.redo import LazyGenerator, call_logged, rollback
 from banditflow.processors.sink import Sink
 from banditflow.processors.store import EventKey, PartitionStore, event_ids, event_key, learner_of
 from banditflow.schemas import (
-    Context,
+    ContextEnvelope,
     DeadLetter,
-    Feedback,
+    FeedbackEnvelope,
     LearnerConfig,
     Limits,
     Rejected,
-    Truth,
+    TruthEnvelope,
     parse_event,
+    parse_family_event,
 )
 
 log = logging.getLogger(__name__)
@@ -199,6 +200,18 @@ class Processor:
                 return None
         return record
 
+    def _parse_family(
+        self, raw: bytes, family_name: str, kind: str, source: Source, now: float, out: Emitted
+    ) -> Any:
+        """A record whose envelope :meth:`_parse` read, checked by its learner's family's
+        ``kind`` model."""
+        try:
+            return parse_family_event(raw, family_name, kind, self.limits)
+        except Rejected as rejected:
+            self._dead(out, rejected.reason, rejected.detail, raw, source, now,
+                       rejected.learner_id, rejected.event_id)
+            return None
+
     def _unknown_learner(
         self, out: Emitted, raw: bytes, source: Source, now: float, lid: str, eid: str | None
     ) -> None:
@@ -296,34 +309,27 @@ class Processor:
         """Decide a context (unless its ``after_updates`` says to hold it, and
         ``hold_for_updates``)."""
         out = Emitted()
-        context = self._parse(raw, Context, source, now, out)
+        context = self._parse(raw, ContextEnvelope, source, now, out)
         if context is None:
             return out
         lid, eid = context.learner_id, context.event_id
         key = event_key(lid, eid)
         store = self.store
         entry = store.learners.get(lid)
-        if entry is None:
+        if entry is None:  # (checked by its family's model once its learner is known)
             self._hold_context(key, raw, source, now)
+            return out
+        config = entry.config
+        context = self._parse_family(raw, config.family, "context", source, now, out)
+        if context is None:
             return out
         record = store.decision(key)
         if record is not None:
             out.decisions.append(self._decision(lid, eid, entry, record, redelivered=True))
             self.sink.processed(source.topic, Outcome.DEDUPLICATED)
             return out
-        config = entry.config
         fields = context.model_dump(exclude=CONTEXT_ENVELOPE, exclude_none=True)
         declared = family(config.family)
-        accepted = declared.context
-        foreign = sorted(name for name in fields if name not in accepted)
-        if foreign:
-            takes = ", ".join(sorted(accepted)) or "no fields beyond the envelope"
-            self._dead(
-                out, "learner_rejected",
-                f"{', '.join(foreign)} is not {config.family} context (it takes {takes})",
-                raw, source, now, lid, eid,
-            )
-            return out
         after = context.after_updates
         if hold_for_updates and after is not None and entry.updates < after:
             self._await_updates(key, raw, source, now, after, config.feedback_timeout_s)
@@ -486,16 +492,22 @@ class Processor:
         self, raw: bytes, source: Source, now: float, *, hold_if_unknown: bool = True
     ) -> Emitted:
         out = Emitted()
-        feedback = self._parse(raw, Feedback, source, now, out)
+        feedback = self._parse(raw, FeedbackEnvelope, source, now, out)
         if feedback is None:
             return out
         lid, eid = feedback.learner_id, feedback.event_id
+        store = self.store
+        entry = store.learners.get(lid)
+        if entry is not None:  # (else checked by its family's model once it is released)
+            feedback = self._parse_family(raw, entry.config.family, "feedback", source, now,
+                                          out)
+            if feedback is None:
+                return out
 
         def dead(reason: str, detail: str) -> Emitted:
             self._dead(out, reason, detail, raw, source, now, lid, eid)
             return out
 
-        store = self.store
         key = event_key(lid, eid)
         record = store.decision(key)
         if record is None:
@@ -503,7 +515,6 @@ class Processor:
                 return dead("unknown_decision", "no decision for this event_id")
             self._hold_feedback(key, lid, raw, source, now)
             return out
-        entry = store.learners.get(lid)
         if entry is None:  # unreachable while deleting a learner drops its decisions
             self._unknown_learner(out, raw, source, now, lid, eid)
             return out
@@ -538,14 +549,6 @@ class Processor:
                 f"reconfigured to version {entry.version}",
             )
         declared = family(entry.config.family)
-        accepted = declared.feedback
-        foreign = sorted(name for name in fields if name not in accepted and name != "part")
-        if foreign:
-            return dead(
-                "contradicting_feedback",
-                f"{', '.join(foreign)} is not {entry.config.family} feedback "
-                f"(it takes {', '.join(sorted(accepted))})",
-            )
         try:
             learned: Learned = call_logged(entry, LEARNER_FAILURES, "learn", record.pending,
                                            fields)
@@ -603,7 +606,7 @@ class Processor:
     def on_truth(self, raw: bytes, source: Source, now: float) -> Emitted:
         """Ground truth for a decided event: exact coverage and regret for the metrics."""
         out = Emitted()
-        truth = self._parse(raw, Truth, source, now, out)
+        truth = self._parse(raw, TruthEnvelope, source, now, out)
         if truth is None:
             return out
         lid, eid = truth.learner_id, truth.event_id
@@ -611,6 +614,9 @@ class Processor:
         entry = store.learners.get(lid)
         if entry is None:
             self._unknown_learner(out, raw, source, now, lid, eid)
+            return out
+        truth = self._parse_family(raw, entry.config.family, "truth", source, now, out)
+        if truth is None:
             return out
         key = event_key(lid, eid)
         record = store.decision(key)

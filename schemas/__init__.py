@@ -4,10 +4,14 @@ Every event carries ``schema_version``; this build reads versions up to
 :data:`SCHEMA_VERSION`. The JSON Schema files beside this module are generated from these
 models (``banditflow schemas --write``) and a test fails when the two drift apart.
 
->>> from banditflow.schemas import Context, parse_event, Limits
->>> ctx = parse_event(b'{"learner_id": "shop", "event_id": "e1", "labels": ["a", "b"],'
-...                   b' "scores": [0.9, 0.2]}', Context, Limits())
->>> ctx.labels
+A record's envelope is read first (the worker does not know its family yet), the rest with
+its learner's family's model:
+
+>>> from banditflow.schemas import ContextEnvelope, Limits, parse_event, parse_family_event
+>>> raw = b'{"learner_id": "shop", "event_id": "e1", "labels": ["a", "b"], "scores": [0.9, 0.2]}'
+>>> parse_event(raw, ContextEnvelope, Limits()).event_id
+'e1'
+>>> parse_family_event(raw, "conformal", "context", Limits()).labels
 ['a', 'b']
 """
 
@@ -16,13 +20,18 @@ from __future__ import annotations
 from banditflow.schemas.events import (
     SCHEMA_VERSION,
     Context,
+    ContextEnvelope,
     DeadLetter,
     Decision,
+    FamilyEvents,
     Feedback,
+    FeedbackEnvelope,
     LearnerConfig,
     Truth,
+    TruthEnvelope,
+    family_events,
 )
-from banditflow.schemas.parsing import Limits, Rejected, parse_event
+from banditflow.schemas.parsing import Limits, Rejected, parse_event, parse_family_event
 
 MODELS = {
     "learner_config": LearnerConfig,
@@ -37,12 +46,18 @@ __all__ = [
     "MODELS",
     "SCHEMA_VERSION",
     "Context",
+    "ContextEnvelope",
     "DeadLetter",
     "Decision",
+    "FamilyEvents",
     "Feedback",
+    "FeedbackEnvelope",
     "LearnerConfig",
     "Limits",
     "Rejected",
     "Truth",
+    "TruthEnvelope",
+    "family_events",
     "parse_event",
+    "parse_family_event",
 ]

@@ -1,21 +1,25 @@
 """Pydantic models of every record on banditflow's topics.
 
-The envelope (learner id, event id, time, version) is declared here; the fields each family's
-contexts, feedback and truth carry are declared by the family (learners.family) and added
-from the registry when this module is imported.
+The envelope (learner id, event id, time, version) is declared here; each family's contexts,
+feedback and truth are models of its own on these bases (:class:`FamilyEvents`), in the module
+its front door names (``Family.events``; the built-in families' are beside this one). The
+worker reads a record's envelope first (:class:`ContextEnvelope`, ...) and checks the rest
+with the model of its learner's family.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import importlib
+import math
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, NamedTuple, Union
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from banditflow.learners.base import LearnerError
-from banditflow.learners.family import Family, FieldSpec
-from banditflow.learners.registry import families
+from banditflow.learners.registry import families, family
 
 SCHEMA_VERSION = 1
 
@@ -110,7 +114,10 @@ class LearnerConfig(Record):
     _encodable_params = field_validator("params")(_storable)
 
 
-class _Context(Record):
+class ContextRecord(Record):
+    """A context event: the application asks for a decision. The base of every family's
+    context model (:func:`family_events`), which adds the fields its learners read."""
+
     event_id: Id
     after_updates: int | None = Field(
         None, ge=0, le=2**53,
@@ -119,108 +126,173 @@ class _Context(Record):
         "decision, so that a replay keeps the live order of contexts and feedback",
     )
 
+    SIZED: ClassVar[Mapping[str, str]] = {}
+    """Fields bounded by a worker input limit, with the :class:`banditflow.schemas.Limits`
+    attribute bounding them (``max_labels``: the list's length; ``max_features``: the numbers
+    in it, nested lists included)."""
 
-class _Feedback(Record):
+
+class FeedbackRecord(Record):
+    """Whatever the application observed for an earlier decision (same event_id). The base
+    of every family's feedback model, which adds the fields its learners read."""
+
     event_id: Id
     part: Annotated[str, Field(min_length=1, max_length=32)] | None = Field(
         None, description="which part of a multi-part feedback this is (deferral: model|human)"
     )
 
+    QUALIFIERS: ClassVar[frozenset[str]] = frozenset()
+    """Fields that qualify another and say nothing on their own (feedback carrying only
+    these is refused as empty)."""
+
     @model_validator(mode="after")
-    def _carries_something(self) -> _Feedback:
-        if all(getattr(self, name) is None for name in FEEDBACK_PAYLOAD):
+    def _carries_something(self) -> FeedbackRecord:
+        payload = [name for name in type(self).model_fields
+                   if name not in FeedbackRecord.model_fields and name not in self.QUALIFIERS]
+        if all(getattr(self, name) is None for name in payload):
             raise ValueError(
-                f"feedback carries nothing; expected one of {', '.join(FEEDBACK_PAYLOAD)}"
+                f"feedback carries nothing; expected one of {', '.join(payload)}"
             )
         return self
 
 
-class _Truth(Record):
+class TruthRecord(Record):
+    """Full ground truth for an event, read only by the metrics side (simulation, audits).
+    The base of every family's truth model."""
+
     event_id: Id
 
 
-def _fields(kind: str) -> dict[str, FieldSpec]:
-    """The ``kind`` fields (context, feedback or truth) of every family, in registry order;
-    a field two families declare must be the same spec."""
-    merged: dict[str, FieldSpec] = {}
-    for declared in families().values():
-        for name, spec in getattr(declared, kind).items():
-            if name in merged and repr(merged[name]) != repr(spec):
-                raise RuntimeError(f"families declare {kind} field {name!r} differently")
-            merged.setdefault(name, spec)
-    return merged
+# What the worker reads of a record before it knows the learner's family: the envelope,
+# checked, and fields some family's records carry; the family's model checks them once it is
+# known.
+_ENVELOPE = ConfigDict(extra="allow")
 
 
-def _validators(kind: str) -> dict[str, Any]:
-    return {
-        f"{name}{validator_name}": validator
-        for name, declared in families().items()
-        for validator_name, validator in getattr(declared, f"{kind}_validators").items()
-    }
+def _known_fields(record: BaseModel, kind: str) -> None:
+    extra = record.model_extra or {}
+    known = {name for other in families()
+             for name in payload_fields(getattr(family_events(other), kind))}
+    unknown = sorted(name for name in extra if name not in known)
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)}: Extra inputs are not permitted (no family's "
+                         f"{kind} has such a field)")
+    for name, value in extra.items():  # (no family's field takes NaN or Infinity)
+        where = _non_finite(value, name)
+        if where is not None:
+            raise PydanticCustomError("finite_number", "{where}: Input should be a finite number",
+                                      {"where": where})
 
 
-def check_declared(declared: Family) -> None:
-    """Raises :class:`LearnerError` unless every event field of ``declared`` is one the
-    models below already have, with the same spec (see learners.registry.register)."""
-    for kind, model in (("context", Context), ("feedback", Feedback), ("truth", Truth)):
-        have = _fields(kind)
-        for name, spec in getattr(declared, kind).items():
-            if name not in model.model_fields or repr(have.get(name)) != repr(spec):
-                raise LearnerError(
-                    f"family {declared.name!r}: {kind} field {name!r} is not in the event "
-                    "schemas; add the family to learners.registry.FAMILIES instead"
-                )
-    for name, limit in declared.sized.items():
-        if SIZED.get(name) != limit:
-            raise LearnerError(
-                f"family {declared.name!r}: context field {name!r} is not bounded by {limit} "
-                "in the event schemas; add the family to learners.registry.FAMILIES instead"
-            )
+def _non_finite(value: Any, where: str) -> str | None:
+    """Where ``value`` (at ``where``) holds a NaN or an infinity, as pydantic names a place
+    (``actions.0.features.1``); None if nowhere."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else where
+    items = (enumerate(value) if isinstance(value, list)
+             else value.items() if isinstance(value, dict) else ())
+    for key, item in items:
+        found = _non_finite(item, f"{where}.{key}")
+        if found is not None:
+            return found
+    return None
 
 
-def _sized() -> dict[str, str]:
-    """Context field -> the :class:`banditflow.schemas.Limits` attribute bounding it, of every
-    family."""
-    merged: dict[str, str] = {}
-    for declared in families().values():
-        for name, limit in declared.sized.items():
-            if merged.setdefault(name, limit) != limit:
-                raise RuntimeError(f"families bound context field {name!r} differently")
-    return merged
+class ContextEnvelope(ContextRecord):
+    """A context's envelope (its other fields are its family's to check)."""
+
+    model_config = _ENVELOPE
+
+    @model_validator(mode="after")
+    def _fields_of_a_family(self) -> ContextEnvelope:
+        _known_fields(self, "context")
+        return self
 
 
-SIZED = _sized()
+class FeedbackEnvelope(Record):
+    """A feedback's envelope (its other fields are its family's to check)."""
 
-# Feedback fields that say something on their own; the others qualify them (deferral's
-# human_cost comes with human_reward).
-FEEDBACK_PAYLOAD = tuple(
-    name for declared in families().values() for name in declared.feedback
-    if name not in declared.feedback_qualifiers
-)
+    model_config = _ENVELOPE
 
-Context = create_model(  # type: ignore[call-overload]
-    "Context",
-    __base__=_Context,
-    __module__=__name__,
-    __doc__="A context event: the application asks for a decision.",
-    __validators__=_validators("context"),
-    **_fields("context"),
-)
-Feedback = create_model(  # type: ignore[call-overload]
-    "Feedback",
-    __base__=_Feedback,
-    __module__=__name__,
-    __doc__="Whatever the application observed for an earlier decision (same event_id).",
-    __validators__=_validators("feedback"),
-    **_fields("feedback"),
-)
-Truth = create_model(  # type: ignore[call-overload]
-    "Truth",
-    __base__=_Truth,
-    __module__=__name__,
-    __doc__="Full ground truth for an event, read only by the metrics side (simulation, audits).",
-    **_fields("truth"),
-)
+    event_id: Id
+    part: Any = None
+
+    @model_validator(mode="after")
+    def _fields_of_a_family(self) -> FeedbackEnvelope:
+        _known_fields(self, "feedback")
+        return self
+
+
+class TruthEnvelope(TruthRecord):
+    """A truth's envelope (its other fields are its family's to check)."""
+
+    model_config = _ENVELOPE
+
+    @model_validator(mode="after")
+    def _fields_of_a_family(self) -> TruthEnvelope:
+        _known_fields(self, "truth")
+        return self
+
+
+Features = list[float] | list[list[float]] | None
+"""A feature vector, or one per action (graph_cb and deferral contexts)."""
+
+
+class FamilyEvents(NamedTuple):
+    """A family's event models: what its contexts, feedback and truth carry, with their
+    validation (a validator's ``ValueError`` makes the event an ``invalid_schema`` dead
+    letter). A family's front door names the module defining them (``Family.events``:
+    ``EVENTS = FamilyEvents(...)``)."""
+
+    context: type[ContextRecord]
+    feedback: type[FeedbackRecord]
+    truth: type[TruthRecord] = TruthRecord
+
+
+LIMITS = ("max_labels", "max_features")
+
+
+def family_events(name: str) -> FamilyEvents:
+    """The event models of family ``name``, from the module its front door names; raises
+    :class:`LearnerError` for an unknown family or a module that is not a family's models."""
+    declared = family(name)
+    events = getattr(importlib.import_module(declared.events), "EVENTS", None)
+    if not isinstance(events, FamilyEvents):
+        raise LearnerError(
+            f"family {name!r}: {declared.events} defines no EVENTS = FamilyEvents(...)")
+    for kind, base in zip(FamilyEvents._fields, (ContextRecord, FeedbackRecord, TruthRecord),
+                          strict=True):
+        if not issubclass(getattr(events, kind), base):
+            raise LearnerError(f"family {name!r}: its {kind} model is not a {base.__name__}")
+    unknown = set(events.context.SIZED.values()) - set(LIMITS)
+    if unknown:
+        raise LearnerError(f"family {name!r}: its context fields are bounded by unknown limits "
+                           f"{sorted(unknown)}; the limits are {', '.join(LIMITS)}")
+    return events
+
+
+def payload_fields(model: type[Record]) -> list[str]:
+    """The fields of a family's event model beyond the envelope its base declares."""
+    base = next(b for b in (ContextRecord, FeedbackRecord, TruthRecord) if issubclass(model, b))
+    return [name for name in model.model_fields if name not in base.model_fields]
+
+
+def _topic_model(kind: str, doc: str) -> Any:
+    """One model per topic for its published JSON Schema and the gateway's OpenAPI document:
+    any family's record (``anyOf``: a record does not name its family, its learner's config
+    does, and one may fit several families, e.g. a ``features``-only context), of the
+    families known when this module is first imported (the built-in ones; the worker checks
+    a record with its family's model, :func:`family_events`, whenever that was registered)."""
+    members = tuple(getattr(family_events(name), kind) for name in families())
+    model = RootModel[Union[members]]  # type: ignore[valid-type]  # noqa: UP007
+    return type(kind.capitalize(), (model,), {"__doc__": doc, "__module__": __name__})
+
+
+Context = _topic_model("context", "A context event, of any family (its learner's config says "
+                       "which).")
+Feedback = _topic_model("feedback", "A feedback event, of any family (its learner's config "
+                        "says which).")
+Truth = _topic_model("truth", "A truth event, of any family (its learner's config says which).")
 
 
 class Decision(Record):

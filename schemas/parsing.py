@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from banditflow.schemas.events import SIZED
+from banditflow.learners.registry import families
+from banditflow.schemas.events import ContextRecord, family_events, payload_fields
 
 T = TypeVar("T", bound=BaseModel)
-
-if set(SIZED.values()) - {"max_labels", "max_features"}:
-    raise RuntimeError(f"a family bounds a context field by an unknown limit: {SIZED}")
 
 
 @dataclass(frozen=True)
 class Limits:
     """Configurable input limits (the worker's ``--max-event-bytes`` etc.); which context
-    fields ``max_labels`` and ``max_features`` bound, each family declares (``Family.sized``)."""
+    fields ``max_labels`` and ``max_features`` bound, each family's context model declares
+    (:attr:`banditflow.schemas.events.ContextRecord.SIZED`)."""
 
     max_event_bytes: int = 1_000_000
     max_labels: int = 10_000
@@ -89,7 +88,8 @@ def parse_event(raw: bytes, model: type[T], limits: Limits) -> T:
         reason, detail = _reason(exc)
         said = said_identity(raw) if reason != "malformed_json" else (None, None)
         raise Rejected(reason, detail, *said) from None
-    for name, limit in SIZED.items():
+    sized = model.SIZED if issubclass(model, ContextRecord) else {}
+    for name, limit in sized.items():
         value = getattr(record, name, None)
         if value is None:
             continue
@@ -104,6 +104,49 @@ def parse_event(raw: bytes, model: type[T], limits: Limits) -> T:
                 "(--max-features)", *said
             )
     return record
+
+
+FOREIGN_REASONS = {"context": "learner_rejected", "feedback": "contradicting_feedback",
+                   "truth": "invalid_schema"}
+"""The dead-letter reason of a record carrying another family's fields."""
+
+
+def parse_family_event(raw: bytes, family_name: str, kind: str, limits: Limits) -> Any:
+    """Validate ``raw`` as a ``kind`` record (``context``, ``feedback`` or ``truth``) of
+    family ``family_name``, with its model (:func:`banditflow.schemas.events.family_events`);
+    raise :class:`Rejected` otherwise. A record whose only fault is fields another family
+    reads is refused with :data:`FOREIGN_REASONS`, saying which fields the family takes."""
+    model = getattr(family_events(family_name), kind)
+    try:
+        return parse_event(raw, model, limits)
+    except Rejected as rejected:
+        foreign = _foreign_fields(raw, model, kind)
+        if rejected.reason != "invalid_schema" or not foreign:
+            raise
+        takes = ", ".join(sorted(payload_fields(model))) or "no fields beyond the envelope"
+        raise Rejected(
+            FOREIGN_REASONS[kind],
+            f"{', '.join(foreign)} is not {family_name} {kind} (it takes {takes})",
+            rejected.learner_id, rejected.event_id,
+        ) from None
+
+
+def _foreign_fields(raw: bytes, model: type[BaseModel], kind: str) -> list[str]:
+    """The fields of ``raw`` that ``model`` lacks, if every problem of ``raw`` is that and
+    each is a field another family's ``kind`` records carry; else []."""
+    try:
+        model.model_validate_json(raw)
+    except ValidationError as exc:
+        errors = exc.errors()
+    else:
+        return []
+    names = [str(e["loc"][0]) for e in errors
+             if e["type"] == "extra_forbidden" and len(e["loc"]) == 1]
+    if len(names) != len(errors):
+        return []
+    elsewhere = {name for other in families()
+                 for name in payload_fields(getattr(family_events(other), kind))}
+    return sorted(names) if set(names) <= elsewhere else []
 
 
 def _reason(error: ValidationError) -> tuple[str, str]:

@@ -39,10 +39,16 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from banditflow.learners.registry import family
 from banditflow.processors import Processor, Source
-from banditflow.processors.processor import CONTEXT_ENVELOPE, ENVELOPE
-from banditflow.schemas import Context, Feedback, LearnerConfig, Limits, Truth, parse_event
+from banditflow.schemas import (
+    ContextEnvelope,
+    FeedbackEnvelope,
+    LearnerConfig,
+    Limits,
+    TruthEnvelope,
+    parse_event,
+    parse_family_event,
+)
 from banditflow.schemas import Rejected as SchemaRejected
 from banditflow.streams.connection import KafkaConnection, as_connection
 from banditflow.streams.topics import Topics, partition_for
@@ -113,6 +119,14 @@ def _encode(record: Mapping[str, Any]) -> bytes:
 def _parse(raw: bytes, model: type[T], limits: Limits) -> T:
     try:
         return parse_event(raw, model, limits)  # type: ignore[type-var]
+    except SchemaRejected as exc:
+        raise Rejected(exc.reason, exc.detail) from None
+
+
+def _parse_family(raw: bytes, family_name: str, kind: str, limits: Limits) -> None:
+    """``raw`` checked as the worker checks it once it knows the learner's family."""
+    try:
+        parse_family_event(raw, family_name, kind, limits)
     except SchemaRejected as exc:
         raise Rejected(exc.reason, exc.detail) from None
 
@@ -445,18 +459,10 @@ class AsyncClient:
         ``event_id`` included)."""
         producer = self._producer_started()
         raw = _encode(record)
-        context = _parse(raw, Context, self.limits)
+        context = _parse(raw, ContextEnvelope, self.limits)
         lid, eid = context.learner_id, context.event_id
         config = await self._config(lid)
-        takes = family(config.family).context
-        fields = context.model_dump(exclude=CONTEXT_ENVELOPE, exclude_none=True)
-        foreign = sorted(name for name in fields if name not in takes)
-        if foreign:
-            raise Rejected(
-                "learner_rejected",
-                f"{', '.join(foreign)} is not {config.family} context (it takes "
-                f"{', '.join(sorted(takes)) or 'no fields beyond the envelope'})",
-            )
+        _parse_family(raw, config.family, "context", self.limits)
         partition = self._partition(lid)
         await self._listen(partition)
         waiter = _Waiter()
@@ -491,7 +497,7 @@ class AsyncClient:
 
     async def feedback_record(self, record: Mapping[str, Any]) -> None:
         """:meth:`feedback` for a record as on the feedback topic."""
-        await self._send_checked(record, Feedback, self.topics.feedback, "feedback")
+        await self._send_checked(record, FeedbackEnvelope, self.topics.feedback, "feedback")
 
     async def truth(self, learner_id: str, event_id: str, **fields: Any) -> None:
         """Report the full ground truth of decision ``event_id`` (exact regret in the
@@ -500,7 +506,7 @@ class AsyncClient:
 
     async def truth_record(self, record: Mapping[str, Any]) -> None:
         """:meth:`truth` for a record as on the truth topic."""
-        await self._send_checked(record, Truth, self.topics.truth, "truth")
+        await self._send_checked(record, TruthEnvelope, self.topics.truth, "truth")
 
     async def _send_checked(
         self, record: Mapping[str, Any], model: type, topic: str, kind: str
@@ -510,15 +516,7 @@ class AsyncClient:
         event = _parse(raw, model, self.limits)
         lid = event.learner_id
         config = await self._config(lid)
-        takes = getattr(family(config.family), kind)
-        fields = event.model_dump(exclude=ENVELOPE, exclude_none=True)
-        foreign = sorted(name for name in fields if name not in takes and name != "part")
-        if foreign:
-            raise Rejected(
-                "contradicting_feedback" if kind == "feedback" else "invalid_schema",
-                f"{', '.join(foreign)} is not {config.family} {kind} (it takes "
-                f"{', '.join(sorted(takes))})",
-            )
+        _parse_family(raw, config.family, kind, self.limits)
         await producer.send_and_wait(topic, raw, lid.encode(),
                                      partition=self._partition(lid))
 

@@ -1,11 +1,11 @@
 """``banditflow demo``: the embedded broker, a worker and one simulated application per family.
 
-Each family's application drives its learner and a baseline on the same traffic
-(:data:`banditflow.offline.environments.APPLICATIONS`); a live view shows them learning; the demo
-stops
-by itself, prints a summary read from the worker's real ``/metrics`` endpoint, checks that
-convergence showed (:func:`banditflow.streams.demo_report.checks`) and writes a report (HTML and PNG
-plots) under ``runs/``.
+Each family's application (its front door's ``application``:
+:func:`banditflow.offline.environments.applications`) drives its learner and a baseline on the
+same traffic; a live view shows them learning; the demo stops by itself, prints a summary read
+from the worker's real ``/metrics`` endpoint, checks that convergence showed
+(:func:`banditflow.streams.demo_report.checks`) and writes a report (HTML and PNG plots) under
+``runs/``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import urllib.error
 from collections.abc import Sequence
 from pathlib import Path
 
-from banditflow.offline.environments import APPLICATIONS
+from banditflow.offline.environments import applications
 from banditflow.streams.broker import EmbeddedBroker, port_open
 from banditflow.streams.cli import add_kafka_connection
 from banditflow.streams.scrape import fetch, value
@@ -94,15 +94,15 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def add_demo_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--family", action="append", choices=sorted(APPLICATIONS),
+    parser.add_argument("--family", action="append", choices=sorted(applications()),
                         help="run only this family (repeatable; default: all four)")
     parser.add_argument("--events", type=int, default=None,
                         help="contexts per family (default: per family, "
-                        + ", ".join(f"{f} {a.events}" for f, a in APPLICATIONS.items()) + ")")
+                        + ", ".join(f"{f} {a.events}" for f, a in applications().items()) + ")")
     parser.add_argument("--rate", type=float, default=None,
                         help="contexts per second per family (0: as fast as the worker "
                         "goes; default: per family, "
-                        + ", ".join(f"{f} {a.rate:g}" for f, a in APPLICATIONS.items()) + ")")
+                        + ", ".join(f"{f} {a.rate:g}" for f, a in applications().items()) + ")")
     parser.add_argument("--delay-mean", type=float, default=0.2,
                         help="mean feedback delay in seconds, exponential (default: %(default)s)")
     parser.add_argument("--feedback-loss", type=float, default=0.0,
@@ -181,7 +181,7 @@ def wait_for_feedback(url: str, reports: list[SimulationReport], timeout_s: floa
 def run_demo(args: argparse.Namespace) -> int:
     from banditflow.streams.demo_report import checks, summary_rows, write_report
 
-    families = args.family or list(APPLICATIONS)
+    families = args.family or list(applications())
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     if port_open("127.0.0.1", args.web_port):
@@ -192,8 +192,8 @@ def run_demo(args: argparse.Namespace) -> int:
     settings = [
         SimulationSettings(
             prefix=prefix, family=family, baseline=True,
-            events=args.events or APPLICATIONS[family].events,
-            rate=APPLICATIONS[family].rate if args.rate is None else args.rate,
+            events=args.events or applications()[family].events,
+            rate=applications()[family].rate if args.rate is None else args.rate,
             delay_mean=args.delay_mean, feedback_loss=args.feedback_loss, seed=args.seed,
             timeout=300.0, workdir=out / "logs",
         )

@@ -50,7 +50,8 @@ from fastapi import FastAPI, Request, Response
 from fastapi.routing import APIRoute
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from banditflow.schemas import Context, Decision, Feedback, LearnerConfig, Limits, Truth
+from banditflow.learners.registry import families
+from banditflow.schemas import Decision, LearnerConfig, Limits, family_events
 from banditflow.streams.client import AsyncClient, DecisionTimeout, Rejected
 from banditflow.streams.connection import KafkaConnection
 
@@ -330,6 +331,14 @@ def _body_schema(model: type, optional: tuple[str, ...], components: dict[str, A
     return schema
 
 
+def _family_body(kind: str, optional: tuple[str, ...], components: dict[str, Any]
+                 ) -> dict[str, Any]:
+    """A ``kind`` record of any family (``anyOf``: its learner's config says which), each
+    family's as :func:`_body_schema` gives it."""
+    return {"anyOf": [_body_schema(getattr(family_events(name), kind), optional, components)
+                      for name in families()]}
+
+
 def _request_body(name: str) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {
         "application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}}}}
@@ -463,9 +472,9 @@ def build_app(client: AsyncClient, keys: ApiKeys | None, metrics: GatewayMetrics
             schema["paths"].update(_event_paths())
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             components.update({
-                "ContextBody": _body_schema(Context, ("learner_id", "event_id"), components),
-                "FeedbackBody": _body_schema(Feedback, ("learner_id",), components),
-                "TruthBody": _body_schema(Truth, ("learner_id",), components),
+                "ContextBody": _family_body("context", ("learner_id", "event_id"), components),
+                "FeedbackBody": _family_body("feedback", ("learner_id",), components),
+                "TruthBody": _family_body("truth", ("learner_id",), components),
                 "LearnerConfigBody": _body_schema(LearnerConfig, ("learner_id",), components),
                 "LearnerConfig": _body_schema(LearnerConfig, (), components),
                 "Decision": _body_schema(Decision, (), components),

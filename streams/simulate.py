@@ -33,7 +33,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from banditflow.learners.base import Learner, Stats, add_stat
 from banditflow.learners.registry import learner_class
 from banditflow.offline.candidate_task import candidate_traffic
-from banditflow.offline.environments import APPLICATIONS, Traffic, traffic
+from banditflow.offline.environments import Traffic, applications, traffic
 from banditflow.streams.connection import KafkaConnection
 from banditflow.streams.topics import Topics
 
@@ -42,7 +42,7 @@ RECENT = 500  # decisions in the "recent" coverage and set size (what convergenc
 
 def add_simulation_options(parser: argparse.ArgumentParser, family_default: str | None) -> None:
     if family_default is None:
-        parser.add_argument("--family", choices=sorted(APPLICATIONS), required=True,
+        parser.add_argument("--family", choices=sorted(applications()), required=True,
                             help="the family whose simulated application runs")
     parser.add_argument("--learner-id", default=None,
                         help="learner to drive (default: <family>-<algorithm>)")
@@ -249,12 +249,12 @@ class SimulationReport:
 
 def prepare(settings: SimulationSettings) -> tuple[Traffic, SimulationReport]:
     """The family's traffic and an empty report with one tally per driven learner."""
-    application = APPLICATIONS[settings.family]
+    application = applications()[settings.family]
     events = settings.events or 3000
     if settings.candidate_sets:
         played = candidate_traffic(events, settings.seed)
     else:
-        played = traffic(application, events, settings.seed, settings.workdir)
+        played = traffic(settings.family, events, settings.seed, settings.workdir)
     algorithms = [("learner", settings.algorithm or application.learner)]
     if settings.baseline:
         algorithms.append(("baseline", application.baseline))

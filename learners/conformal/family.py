@@ -2,73 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import numpy as np
 
-from pydantic import Field, field_validator, model_validator
+from banditflow.learners.family import JSON, Application, Contract, Family
 
-from banditflow.learners.family import Family
-
-# An integer label is a 64-bit integer: decisions and the state log encode it as one.
-Label = str | Annotated[int, Field(ge=-(2**63), lt=2**63)]
+_LABELS = ["a", "b", "c", "d", "e"]
 
 
-def _unique_labels(cls: type, labels: list[Label] | None) -> list[Label] | None:
-    if labels is not None:
-        seen: set[Label] = set()
-        for label in labels:
-            if label in seen:
-                raise ValueError(f"duplicate label {label!r}: labels must be unique")
-            seen.add(label)
-    return labels
+def _context(rng: np.random.Generator) -> JSON:
+    return {"labels": _LABELS, "scores": rng.random(len(_LABELS)).round(6).tolist()}
 
 
-def _scores_match_labels(context: Any) -> Any:
-    if (context.labels is None) != (context.scores is None):
-        raise ValueError("'labels' and 'scores' go together")
-    if context.labels is not None and len(context.labels) != len(context.scores or []):
-        raise ValueError(
-            f"'labels' and 'scores' must have equal length, "
-            f"got {len(context.labels)} and {len(context.scores or [])}"
-        )
-    return context
+def _feedback(output: JSON, rng: np.random.Generator) -> list[JSON]:
+    label = _LABELS[int(rng.integers(len(_LABELS)))]
+    return [{"label": label} if label in output["labels"] else {"missed": True}]
 
 
-def _label_or_missed(feedback: Any) -> Any:
-    if feedback.label is not None and feedback.missed:
-        raise ValueError("give either 'label' (covered) or 'missed': true, not both")
-    return feedback
+def _valid(output: JSON) -> bool:
+    return set(output["labels"]) <= set(_LABELS) and output["set_size"] == len(output["labels"])
 
 
 FAMILY = Family(
     name="conformal",
     algorithms="banditflow.learners.conformal",
-    context={
-        "labels": (list[Label] | None, Field(None, description="conformal: candidate labels")),
-        "scores": (list[float] | None, Field(None, description="conformal: one score per label")),
-    },
-    sized={"labels": "max_labels"},
-    context_validators={
-        "_unique_labels": field_validator("labels")(_unique_labels),
-        "_scores_match_labels": model_validator(mode="after")(_scores_match_labels),
-    },
-    feedback={
-        "label": (
-            Label | None, Field(None, description="conformal: the true label, if it was in the set")
-        ),
-        "missed": (
-            bool | None,
-            Field(None, description="conformal: true when the label was not in the set"),
-        ),
-    },
-    feedback_validators={"_label_or_missed": model_validator(mode="after")(_label_or_missed)},
-    truth={
-        "label": (Label | None, Field(None)),
-        "miscoverage": (
-            float | None,
-            Field(None, ge=0, le=1, description="conformal: G*(threshold used) of the environment"),
-        ),
-        "target_miscoverage": (float | None, Field(None, ge=0, le=1)),
-    },
+    events="banditflow.schemas.conformal",
     gauges={
         "coverage": "Fraction of settled decisions whose set covered the true label (conformal)",
         "coverage_target": "Target coverage of the learner (conformal)",
@@ -78,4 +35,14 @@ FAMILY = Family(
     },
     evaluation="banditflow.offline.evaluation.conformal",
     logs=("banditflow.offline.logs.conformal_synthetic", "banditflow.offline.logs.conformal_tasks"),
+    # SPS needs the most rounds to show its set size near the oracle's: it sets the demo's
+    # length.
+    application=Application("conformal-gaussian", "sps", "greedy", 8000, 300.0,
+                            ("--alpha", "0.9")),
+    contract=Contract(
+        _context, _feedback, _valid, {"target_coverage": 0.8},
+        {"sps": {"horizon": 1000, "max_values": 64}, "greedy": {"horizon": 1000},
+         "aci": {"window": 100}, "etc": {"horizon": 1000}, "con_etc": {"horizon": 1000}},
+        bad_context={"labels": [], "scores": []},
+    ),
 )

@@ -43,14 +43,14 @@ from banditflow.offline.evaluation.replay import (
     replay_config,
     replay_summary,
 )
-from banditflow.schemas.events import Context, LearnerConfig
-from banditflow.schemas.parsing import Limits, Rejected, parse_event
+from banditflow.schemas.events import LearnerConfig
+from banditflow.schemas.parsing import Limits, Rejected, parse_event, parse_family_event
 
 
 def read_log(path: Path, horizon: int | None = None) -> list[dict[str, Any]]:
     """The first ``horizon`` rounds of a conformal log, checked line by line.
 
-    Each round's context goes through the worker's own validation (the ``Context`` schema and
+    Each round's context goes through the worker's own validation (the conformal context model and
     the default input limits), exactly as the processors would receive it, so a log that
     reads here replays the same way with either engine. Event ids default to the line
     number and must be unique (a repeated id would be a re-delivery to the processors); the
@@ -76,9 +76,9 @@ def read_log(path: Path, horizon: int | None = None) -> list[dict[str, Any]]:
         if context["labels"] is None or context["scores"] is None:
             raise LogError(f"{where}: needs 'labels' and 'scores'")
         try:
-            parsed = parse_event(
-                context_event(LoggedRound(event_id, context, true_label)), Context, limits
-            )
+            parsed = parse_family_event(
+                context_event(LoggedRound(event_id, context, true_label)), "conformal", "context",
+                limits)
         except Rejected as exc:
             raise LogError(f"{where}: {exc.reason}: {exc.detail}") from None
         if not parsed.labels:

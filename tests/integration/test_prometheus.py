@@ -25,7 +25,7 @@ import pytest
 from kafka import KafkaProducer
 
 from banditflow.learners.registry import family as declared_family
-from banditflow.offline.environments import APPLICATIONS
+from banditflow.offline.environments import applications
 from banditflow.streams.broker import free_port
 from banditflow.streams.scrape import fetch
 from banditflow.streams.simulate import SimulationSettings, run_simulations
@@ -43,16 +43,16 @@ JOB = "banditflow"  # the scrape job the rules and dashboards select on
 GATEWAY_JOB = "banditflow-gateway"  # ... and the gateways' (the overview's "Gateway" row)
 RATE_INTERVAL = "15s"  # stands in for Grafana's $__rate_interval (1 s scrapes here)
 # The demo's applications, a learner and its baseline per family, briefly.
-FAMILIES = sorted(APPLICATIONS)
+FAMILIES = sorted(applications())
 EVENTS = 200
 SIM_LEARNER = "conformal-sps"
-LEARNERS = {f"{family}-{algorithm}" for family, a in APPLICATIONS.items()
+LEARNERS = {f"{family}-{algorithm}" for family, a in applications().items()
             for algorithm in (a.learner, a.baseline)}
 # Live OPE: the learners of families whose decisions carry p evaluate their baseline and a
 # twin of themselves as candidates (the live OPE panels need one). The twin plays much as the
 # logged policy does, so its estimates have the effective sample size an interval needs
 # (processors.estimators.MIN_INTERVAL_SIZE) within the run; the baseline's may not.
-CANDIDATES = {family: [a.learner, a.baseline] for family, a in APPLICATIONS.items()
+CANDIDATES = {family: [a.learner, a.baseline] for family, a in applications().items()
               if declared_family(family).action_distribution}
 # Panels allowed to return no data here (nothing fires during the test).
 MAY_BE_EMPTY = {"Firing banditflow alerts"}

@@ -9,12 +9,14 @@ import pytest
 
 from banditflow.schemas import (
     MODELS,
-    Context,
-    Feedback,
+    ContextEnvelope,
+    FeedbackEnvelope,
     LearnerConfig,
     Limits,
     Rejected,
+    family_events,
     parse_event,
+    parse_family_event,
 )
 from banditflow.schemas.published import check_published, path_of
 
@@ -31,7 +33,7 @@ def test_drift_is_detected(tmp_path, monkeypatch) -> None:
         (tmp_path / f"{name}.schema.json").write_text(published.render(name))
     assert published.check_published() == []
     document = json.loads((tmp_path / "context.schema.json").read_text())
-    document["properties"].pop("labels")
+    document["$defs"]["ConformalContext"]["properties"].pop("labels")
     (tmp_path / "context.schema.json").write_text(json.dumps(document))
     assert any("context.schema.json differs" in line for line in published.check_published())
 
@@ -61,20 +63,47 @@ def test_valid_records_pass_both_model_and_json_schema(name: str, record: dict) 
     MODELS[name].model_validate_json(json.dumps(record))
 
 
+@pytest.mark.parametrize(("name", "record"), [
+    # fields of two families: no family's record (the worker refuses it: learner_rejected)
+    ("context", {"learner_id": "a", "event_id": "1", "labels": ["x"], "scores": [1.0],
+                 "features": [0.5]}),
+    ("context", {"learner_id": "a", "event_id": "1", "colour": "red"}),  # no family's field
+    ("feedback", {"learner_id": "a", "event_id": "1", "label": "x", "rewards": {"0": 1.0}}),
+])
+def test_records_of_no_family_fail_the_published_schema(name: str, record: dict) -> None:
+    schema = json.loads(path_of(name).read_text())
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(record, schema)
+
+
+def test_the_published_schemas_are_any_familys_record() -> None:
+    # A record does not name its family (its learner's config does), and one may fit several
+    # (a features-only context is graph_cb's and deferral's): anyOf, one member per family.
+    for kind in ("context", "feedback", "truth"):
+        schema = json.loads(path_of(kind).read_text())
+        members = {ref["$ref"].rsplit("/", 1)[1] for ref in schema["anyOf"]}
+        assert members == {getattr(family_events(name), kind).__name__
+                           for name in ("conformal", "graph_cb", "deferral", "prob_graph")}
+
+
 @pytest.mark.parametrize(
     ("model", "raw", "reason", "words"),
     [
-        (Context, b'{"learner_id": "a b", "event_id": "1"}', "invalid_schema", "learner_id"),
-        (Context, b'{"learner_id": "a", "event_id": ""}', "invalid_schema", "event_id"),
-        (Feedback, b'{"learner_id": "a", "event_id": "1"}', "invalid_schema", "carries nothing"),
+        (ContextEnvelope, b'{"learner_id": "a b", "event_id": "1"}', "invalid_schema",
+         "learner_id"),
+        (ContextEnvelope, b'{"learner_id": "a", "event_id": ""}', "invalid_schema", "event_id"),
+        (ContextEnvelope, b'{"learner_id": "a", "event_id": "1", "colour": 1}', "invalid_schema",
+         "colour: Extra inputs are not permitted"),
+        (family_events("conformal").feedback, b'{"learner_id": "a", "event_id": "1"}',
+         "invalid_schema", "carries nothing"),
         (
-            Feedback,
+            family_events("conformal").feedback,
             b'{"learner_id": "a", "event_id": "1", "label": "x", "missed": true}',
             "invalid_schema",
             "not both",
         ),
         (
-            Feedback,
+            family_events("deferral").feedback,
             b'{"learner_id": "a", "event_id": "1", "human_cost": -1}',
             "invalid_schema",
             "greater than or equal",
@@ -92,7 +121,10 @@ def test_valid_records_pass_both_model_and_json_schema(name: str, record: dict) 
             "invalid_schema",
             "greater than 0",
         ),
-        (Context, b"\xff\xfe", "malformed_json", "UTF-8"),
+        (ContextEnvelope, b"\xff\xfe", "malformed_json", "UTF-8"),
+        # read before the learner's family is known: another family's field, not finite
+        (FeedbackEnvelope, b'{"learner_id": "a", "event_id": "1", "label": "y",'
+         b' "model_reward": NaN}', "non_finite", "model_reward: Input should be a finite"),
     ],
 )
 def test_rejections_explain_themselves(model, raw: bytes, reason: str, words: str) -> None:
@@ -102,16 +134,36 @@ def test_rejections_explain_themselves(model, raw: bytes, reason: str, words: st
     assert words in info.value.detail
 
 
-@pytest.mark.parametrize(("fields", "detail"), [
-    ({"labels": ["a", "b", "c"], "scores": [0.1, 0.2, 0.3]}, "3 labels exceeds the limit of 2"),
-    ({"features": [[1.0, 2.0], [3.0]]}, "'features' has more than 2 numbers (--max-features)"),
-    ({"features": [1.0], "graph": [[1.0, 0.0], [0.0, 1.0]]},
+@pytest.mark.parametrize(("family", "fields", "detail"), [
+    ("conformal", {"labels": ["a", "b", "c"], "scores": [0.1, 0.2, 0.3]},
+     "3 labels exceeds the limit of 2"),
+    ("deferral", {"features": [[1.0, 2.0], [3.0]]},
+     "'features' has more than 2 numbers (--max-features)"),
+    ("graph_cb", {"features": [1.0], "graph": [[1.0, 0.0], [0.0, 1.0]]},
      "'graph' has more than 2 numbers (--max-features)"),
 ])
-def test_the_fields_families_bound_are_limited(fields: dict, detail: str) -> None:
-    # Which fields max_labels and max_features bound is each family's declaration (sized).
+def test_the_fields_families_bound_are_limited(family: str, fields: dict, detail: str) -> None:
+    # Which fields max_labels and max_features bound is each family's context model (SIZED).
     raw = json.dumps({"learner_id": "l", "event_id": "e", **fields}).encode()
     with pytest.raises(Rejected) as rejected:
-        parse_event(raw, Context, Limits(max_labels=2, max_features=2))
+        parse_family_event(raw, family, "context", Limits(max_labels=2, max_features=2))
     assert (rejected.value.reason, rejected.value.detail) == ("oversize", detail)
-    parse_event(raw, Context, Limits(max_labels=3, max_features=4))
+    parse_family_event(raw, family, "context", Limits(max_labels=3, max_features=4))
+
+
+@pytest.mark.parametrize(("kind", "fields", "reason", "detail"), [
+    ("context", {"features": [0.5]}, "learner_rejected",
+     "features is not conformal context (it takes labels, scores)"),
+    ("feedback", {"losses": {"0": 1.0}}, "contradicting_feedback",
+     "losses is not conformal feedback (it takes label, missed)"),
+    ("truth", {"all_losses": {"0": 1.0}}, "invalid_schema",
+     "all_losses is not conformal truth (it takes label, miscoverage, target_miscoverage)"),
+])
+def test_another_familys_fields_are_refused_with_what_the_family_takes(
+    kind: str, fields: dict, reason: str, detail: str
+) -> None:
+    raw = json.dumps({"learner_id": "l", "event_id": "e", **fields}).encode()
+    parse_event(raw, MODELS[kind], Limits())  # some family's record
+    with pytest.raises(Rejected) as rejected:
+        parse_family_event(raw, "conformal", kind, Limits())
+    assert (rejected.value.reason, rejected.value.detail) == (reason, detail)
