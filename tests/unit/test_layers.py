@@ -14,10 +14,11 @@ ORDER = ("learners", "schemas", "processors", "offline", "streams")
 FORBIDDEN = {"learners": {"pydantic"}}
 
 
-def imports(layer: str) -> list[tuple[str, int, str]]:
-    """Every module a layer's files import (at the top or inside a function)."""
+def imported(paths: list[Path]) -> list[tuple[str, int, str]]:
+    """Every module the files at ``paths`` import (at the top or inside a function), as
+    (path relative to the checkout, line, module)."""
     found = []
-    for path in sorted((ROOT / layer).rglob("*.py")):
+    for path in paths:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
@@ -27,6 +28,11 @@ def imports(layer: str) -> list[tuple[str, int, str]]:
                 continue
             found += [(str(path.relative_to(ROOT)), node.lineno, name) for name in names]
     return found
+
+
+def imports(layer: str) -> list[tuple[str, int, str]]:
+    """Every module a layer's files import."""
+    return imported(sorted((ROOT / layer).rglob("*.py")))
 
 
 @pytest.mark.parametrize("layer", ORDER)

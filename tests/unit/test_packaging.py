@@ -5,7 +5,6 @@ silently shadow the other."""
 
 from __future__ import annotations
 
-import ast
 import shutil
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from test_layers import imported
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = ("learners", "processors", "schemas", "streams", "offline")
@@ -25,17 +25,8 @@ def python_files() -> list[Path]:
 
 
 def test_no_module_imports_a_layer_by_a_top_level_name() -> None:
-    offenders = []
-    for path in python_files():
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            else:
-                continue
-            offenders += [f"{path.relative_to(ROOT)}:{node.lineno} imports {name}"
-                          for name in names if name.split(".")[0] in LAYERS]
+    offenders = [f"{path}:{line} imports {name}" for path, line, name in imported(python_files())
+                 if name.split(".")[0] in LAYERS]
     assert offenders == []
 
 
