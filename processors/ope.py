@@ -48,6 +48,7 @@ from banditflow.processors.estimators import (
     explore_eval_acceptance,
 )
 from banditflow.processors.redo import LazyGenerator, call_logged
+from banditflow.processors.throttle import Throttle
 
 log = logging.getLogger(__name__)
 
@@ -281,18 +282,15 @@ def state_numbers(value: Any, seen: set[int] | None = None) -> int:
 
 # Unexpected failures of live OPE are logged at most this often (seconds): it runs on every
 # record, and one broken candidate must not flood the log.
-FAILURE_LOG_INTERVAL = 60.0
-_last_failure_log = -math.inf
+# Unexpected live OPE failures are logged at most once a minute (each decision could raise).
+OPE_FAILURES = Throttle(every_s=60.0)
 
 
 def log_failure(what: str, exc: BaseException) -> None:
-    """Log an unexpected live OPE failure, at most once per :data:`FAILURE_LOG_INTERVAL`."""
-    global _last_failure_log
-    now = time.monotonic()
-    if now - _last_failure_log >= FAILURE_LOG_INTERVAL:
-        _last_failure_log = now
-        log.error("live OPE: %s failed (%s: %s); the round is not scored (logged at most "
-                  "once a minute)", what, type(exc).__name__, exc, exc_info=exc)
+    """Log an unexpected live OPE failure (throttled: :data:`OPE_FAILURES`)."""
+    if OPE_FAILURES.allow(time.monotonic()):
+        log.error("live OPE: %s failed (%s: %s); the round is not scored%s", what,
+                  type(exc).__name__, exc, OPE_FAILURES.suppressed_note(), exc_info=exc)
 
 
 @dataclass(slots=True)

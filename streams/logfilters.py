@@ -1,7 +1,8 @@
 """Log lines kept readable under load: one throttle, and the filters on the Kafka clients' lines.
 
-:class:`Throttle` is the one way the streams code limits a log line that can repeat many
-times a second (an internal error per record, a commit retried while the broker is gone);
+:class:`Throttle` (in processors, which use it too) is the one way to limit a log line that
+can repeat many times a second (an internal error per record, a commit retried while the
+broker is gone);
 :class:`RepeatFilter` applies it per message template to the Kafka client libraries' own
 lines, and :class:`RejoinNote` rewords what aiokafka logs as an error on a rejoin that is
 expected.
@@ -12,26 +13,7 @@ from __future__ import annotations
 import logging
 import time
 
-
-class Throttle:
-    """At most one log line every ``every_s`` seconds; says how many were left out."""
-
-    def __init__(self, every_s: float) -> None:
-        self.every_s = every_s
-        self.last = float("-inf")
-        self.suppressed = 0
-
-    def allow(self, now: float) -> bool:
-        if now - self.last < self.every_s:
-            self.suppressed += 1
-            return False
-        self.last = now
-        return True
-
-    def suppressed_note(self) -> str:
-        note = f" ({self.suppressed} more since the last report)" if self.suppressed else ""
-        self.suppressed = 0
-        return note
+from banditflow.processors.throttle import Throttle
 
 
 class RepeatFilter(logging.Filter):
