@@ -40,7 +40,7 @@ from banditflow.processors.estimators import PolicyEstimates
 from banditflow.processors.ope import CandidateError, LiveOPE, log_failure
 from banditflow.processors.records import (
     DecisionRecord,
-    Held,
+    HeldRecord,
     Hold,
     HoldKind,
     LearnerEntry,
@@ -402,7 +402,7 @@ class Processor:
         else:
             feedback = hold.feedback if hold is not None else []
             store.put_hold(key, Hold(HoldKind.AWAITING_UPDATES, now + timeout_s, feedback,
-                                     Held(_text(raw), source), after))
+                                     HeldRecord(_text(raw), source), after))
         self.sink.processed(source.topic, Outcome.HELD)
 
     def _updated(self, learner_id: str, entry: LearnerEntry, now: float, out: Emitted) -> None:
@@ -470,7 +470,7 @@ class Processor:
                     HoldKind.AWAITING_LEARNER,
                     now + self.unknown_learner_grace_s,
                     hold.feedback if hold is not None else [],
-                    Held(_text(raw), source),
+                    HeldRecord(_text(raw), source),
                 ),
             )
         self.sink.processed(source.topic, Outcome.HELD)
@@ -588,7 +588,7 @@ class Processor:
         if hold is not None and any(item.raw == text for item in hold.feedback):
             self.sink.processed(source.topic, Outcome.DEDUPLICATED)
             return
-        held = Held(text, source)
+        held = HeldRecord(text, source)
         if hold is not None:
             hold.feedback.append(held)
             store.touch_hold(key)

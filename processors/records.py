@@ -275,7 +275,7 @@ Published = make_dataclass(
 
 
 @dataclass(slots=True)
-class Held:
+class HeldRecord:
     """A raw record kept for later, with where it came from."""
 
     raw: str
@@ -289,8 +289,8 @@ class Hold:
 
     kind: HoldKind
     deadline: float
-    feedback: list[Held] = field(default_factory=list)
-    context: Held | None = None
+    feedback: list[HeldRecord] = field(default_factory=list)
+    context: HeldRecord | None = None
     after: int | None = None
     copies: int = 0  # the same context again while it waited for updates
 
@@ -309,8 +309,8 @@ class Hold:
 
     @classmethod
     def from_json(cls, data: JSON) -> Hold:
-        def held(item: JSON) -> Held:
-            return Held(item["raw"], Source(**item["source"]))
+        def held(item: JSON) -> HeldRecord:
+            return HeldRecord(item["raw"], Source(**item["source"]))
 
         return cls(
             HoldKind(data["kind"]),
