@@ -222,7 +222,7 @@ def candidate_context(event_id: str, actions: Any, **fields: Any) -> bytes:
 
 
 def candidates_processor() -> Processor:
-    p = Processor(limits=LIMITS, retention_s=RETENTION_S)
+    p = Processor(PartitionStore(retention_s=RETENTION_S), limits=LIMITS)
     config = json.dumps(CANDIDATES_CONFIG).encode()
     assert not p.on_config("cand", config, Source("learners"), 0.0).dead_letters
     return p
