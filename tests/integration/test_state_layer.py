@@ -181,33 +181,40 @@ def test_timeouts_follow_stream_time_not_the_wall_clock_of_a_restart(
     """Feedback produced in time, while the worker was down for longer than the feedback
     timeout, is applied after the restart: no decision expires on a backlog still unread
     (the backlog takes many commits to read, so a wall-clock timer would fire in between)."""
-    prefix, lid, timeout, events = "streamtime", "st", 3.0, 20_000
+    # The timeout outlasts deciding 20,000 contexts on a loaded machine: a decision expires
+    # rightly if no answer came (the feedback stream caught up) within it, before the kill.
+    prefix, lid, timeout, events = "streamtime", "st", 20.0, 20_000
     worker = start_worker(prefix, partitions=2, extra_args=["--max-batch", "500"])
     topics = worker.topics
 
-    async def produce(topic: str, bodies: list[dict[str, Any]]) -> None:
+    async def produce(topic: str, bodies: list[dict[str, Any]], stamp_ms: int | None = None
+                      ) -> None:
         producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=20,
                                     max_batch_size=1 << 20)
         await producer.start()
         for body in bodies:
-            await producer.send(topic, json.dumps(body).encode(), lid.encode())
+            await producer.send(topic, json.dumps(body).encode(), lid.encode(),
+                                timestamp_ms=stamp_ms)
         await producer.stop()
 
-    asyncio.run(produce(topics.learners, [
-        {"learner_id": lid, "family": "conformal", "algorithm": "sps",
-         "params": {"alpha": 0.9, "horizon": 100_000}, "feedback_timeout_s": timeout}
-    ]))
+    config = {"learner_id": lid, "family": "conformal", "algorithm": "sps",
+              "params": {"alpha": 0.9, "horizon": 100_000}, "feedback_timeout_s": timeout}
+    asyncio.run(produce(topics.learners, [config]))
     contexts = [{"learner_id": lid, "event_id": f"e{i}", "labels": ["a", "b"],
                  "scores": [1.0, 0.0]} for i in range(events)]
-    asyncio.run(produce(topics.contexts, contexts))
+    # Event time: every context at sent_ms, every answer a second later, in time whatever
+    # time the worker takes to decide 20,000 contexts (on a loaded machine, more than the
+    # timeout: answers stamped when sent were then late, and expired rightly).
+    sent_ms = int(time.time() * 1000)
+    asyncio.run(produce(topics.contexts, contexts, sent_ms))
     wait_until(lambda: value(worker.metrics(), "banditflow_learner_decisions", learner_id=lid)
                == events)
     worker.stop(kill=True)
     # The application answers every decision at once; the worker is down.
     asyncio.run(produce(topics.feedback, [
         {"learner_id": lid, "event_id": f"e{i}", "label": "a"} for i in range(events)
-    ]))
-    time.sleep(2 * timeout)  # the wall clock passes every deadline
+    ], sent_ms + 1000))
+    time.sleep(max(0.0, sent_ms / 1000 + timeout + 2 - time.time()))  # past every deadline
     worker = start_worker(prefix, partitions=2, extra_args=["--max-batch", "500"])
     # (20 s on an idle machine; more on a shared CI runner, where 60 s once ran out)
     wait_until(lambda: value(worker.metrics(), "banditflow_learner_feedback", learner_id=lid)
@@ -216,7 +223,10 @@ def test_timeouts_follow_stream_time_not_the_wall_clock_of_a_restart(
     assert value(text, "banditflow_learner_timeouts", learner_id=lid) == 0
     assert value(text, "banditflow_learner_coverage", learner_id=lid) == 1.0
     assert read_topic(topics.deadletter).poll() == []
-    # Without feedback, the stream catches up and its clock follows the wall clock: expiry.
+    # Without feedback, the stream catches up and its clock follows the wall clock: expiry
+    # (of decisions made with a shorter timeout: a reconfiguration changing only timeouts
+    # keeps the learner).
+    asyncio.run(produce(topics.learners, [{**config, "feedback_timeout_s": 3.0}]))
     asyncio.run(produce(topics.contexts, [
         {"learner_id": lid, "event_id": f"late{i}", "labels": ["a", "b"], "scores": [1.0, 0.0]}
         for i in range(5)
