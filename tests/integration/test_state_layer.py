@@ -304,10 +304,14 @@ def test_a_restarted_worker_removes_its_dead_predecessor_from_the_group(
     """Restarted with the same identity (web port), a worker removes the member its killed
     predecessor left in the group, so the group forms without waiting for that member's
     session to time out; a worker of another identity leaves the group's members alone."""
-    worker = start_worker("evict", partitions=2)
-    other = start_worker("evict", partitions=2)  # another identity: shares the partitions
+    # A session long enough that the killed member is still in the group, the group stable,
+    # when its successor looks (with the embedded broker's 2 s, a slow start on a loaded
+    # machine found the member already expired and the group rebalancing).
+    args = ["--session-timeout", "15"]
+    worker = start_worker("evict", partitions=2, extra_args=args)
+    other = start_worker("evict", partitions=2, extra_args=args)  # another identity
     worker.stop(kill=True)
-    restarted = start_worker("evict", partitions=2, web_port=worker.web_port)
+    restarted = start_worker("evict", partitions=2, extra_args=args, web_port=worker.web_port)
     removed = [line for line in restarted.log().splitlines() if "former incarnation" in line]
     assert len(removed) == 1 and f"-{worker.web_port}-" in removed[0]
     assert "former incarnation" not in other.log()
