@@ -16,8 +16,12 @@ partition's leader is a slower broker): the README's "Processing semantics" says
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Protocol, TypeVar
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+# The order in which one partition's streams break timestamp ties: a config before the
+# contexts sent with it, a context before its feedback.
+STREAM_RANK = {"learners": 0, "contexts": 1, "feedback": 2, "truth": 3}
 
 
 class Stamped(Protocol):
@@ -26,6 +30,18 @@ class Stamped(Protocol):
 
 
 R = TypeVar("R", bound=Stamped)
+
+
+def by_partition(
+    fetched: Mapping[Any, Sequence[R]], streams: Mapping[str, str]
+) -> dict[int, list[tuple[str, Sequence[R]]]]:
+    """A fetch's batches (by topic partition) per partition number, each as (stream,
+    records), the streams in STREAM_RANK's order; ``streams`` maps a topic to its stream."""
+    grouped: dict[int, list[tuple[str, Sequence[R]]]] = {}
+    for tp, records in sorted(fetched.items(),
+                              key=lambda item: STREAM_RANK[streams[item[0].topic]]):
+        grouped.setdefault(tp.partition, []).append((streams[tp.topic], records))
+    return grouped
 
 
 def in_record_time_order(batches: Sequence[tuple[str, Sequence[R]]]) -> Iterator[tuple[str, R]]:

@@ -45,7 +45,6 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import KafkaError
-from aiokafka.structs import ConsumerRecord
 
 from banditflow import __version__
 from banditflow.learners.base import LearnerError
@@ -64,17 +63,13 @@ from banditflow.streams.group import (
 from banditflow.streams.logfilters import Throttle
 from banditflow.streams.metrics import PrometheusSink
 from banditflow.streams.partition_task import PartitionTask, PendingCommit
-from banditflow.streams.record_order import in_record_time_order
+from banditflow.streams.record_order import by_partition, in_record_time_order
 from banditflow.streams.recovery import Ownership
 from banditflow.streams.settings import WorkerSettings
 from banditflow.streams.statelog import StateLogError, StateLogLost
 from banditflow.streams.stream_time import FetchAnswers
 from banditflow.streams.topics import TopicError, Topics, ensure_topics, state_topic
 from banditflow.streams.web import serve_http
-
-# The order in which one partition's streams break timestamp ties: a config before the
-# contexts sent with it, a context before its feedback.
-STREAM_RANK = {"learners": 0, "contexts": 1, "feedback": 2, "truth": 3}
 
 log = logging.getLogger("banditflow.worker")
 # The lines an operator waits for: ready (once) and each rebalance. `banditflow worker` shows
@@ -309,13 +304,13 @@ class Worker:
                 continue
             self.broker_heard = time.monotonic()
             self.wall = wall = time.time()
-            for number, batches in self._by_partition(fetched).items():
+            for number, batches in by_partition(fetched, self.streams).items():
                 task = self.ownership.tasks.get(number)
                 if task is None or not task.active:
                     continue
                 for stream, record in in_record_time_order(batches):
                     task.handle(stream, record, wall)
-                    self._waiting_events += 1
+                self._waiting_events += sum(len(records) for _, records in batches)
                 # Group commit: what produced an output is committed at once (or as soon as
                 # the commit in flight is acknowledged, with whatever came meanwhile);
                 # events that produced nothing wait for the interval.
@@ -324,17 +319,6 @@ class Worker:
             if self._waiting_events >= self.settings.max_batch_events:
                 self._commit_wanted.set()
         stop.cancel()
-
-    def _by_partition(
-        self, fetched: dict[TopicPartition, list[ConsumerRecord]]
-    ) -> dict[int, list[tuple[str, list[ConsumerRecord]]]]:
-        """A fetch's batches per partition number, each as (stream, records), the streams in
-        the order that breaks timestamp ties (streams/record_order.py)."""
-        grouped: dict[int, list[tuple[str, list[ConsumerRecord]]]] = {}
-        for tp, records in sorted(fetched.items(),
-                                  key=lambda item: STREAM_RANK[self.streams[item[0].topic]]):
-            grouped.setdefault(tp.partition, []).append((self.streams[tp.topic], records))
-        return grouped
 
     def _adapt_fetch_wait(self, records: bool) -> None:
         behind = not records and any(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from banditflow.streams.record_order import in_record_time_order
+from banditflow.streams.record_order import by_partition, in_record_time_order
 
 
 @dataclass(frozen=True)
@@ -47,3 +47,16 @@ def test_one_stream_passes_through_and_streams_are_labelled() -> None:
         ("contexts", records[0]), ("contexts", records[1])]
     assert [stream for stream, _ in in_record_time_order(
         [("learners", [Rec("x", 2)]), ("truth", [Rec("y", 1)])])] == ["truth", "learners"]
+
+
+def test_a_fetch_is_grouped_per_partition_number_streams_in_tie_order() -> None:
+    @dataclass(frozen=True)
+    class TP:
+        topic: str
+        partition: int
+
+    streams = {"p.contexts": "contexts", "p.learners": "learners", "p.feedback": "feedback"}
+    c0, l0, f1 = [Rec("c", 1)], [Rec("l", 1)], [Rec("f", 1)]
+    fetched = {TP("p.contexts", 0): c0, TP("p.feedback", 1): f1, TP("p.learners", 0): l0}
+    assert by_partition(fetched, streams) == {
+        0: [("learners", l0), ("contexts", c0)], 1: [("feedback", f1)]}
