@@ -31,6 +31,9 @@ FAMILIES: dict[str, str] = {
     "prob_graph": "banditflow.learners.prob_graph.family",
 }
 _registered: dict[str, Family] = {}
+# Bumped whenever the set of families changes: what is derived from every family's
+# declaration (e.g. the fields some family's records carry) is cached under it.
+_generation = 0
 
 
 def family(name: str) -> Family:
@@ -52,14 +55,24 @@ def families() -> dict[str, Family]:
 def register(declared: Family) -> None:
     """Adds a family defined outside this package (a plug-in, a test): its declaration names
     its own modules (algorithms, event models, ...), so nothing here changes."""
+    global _generation
     if declared.name in FAMILIES or declared.name in _registered:
         raise LearnerError(f"family {declared.name!r} is already registered")
     _registered[declared.name] = declared
+    _generation += 1
 
 
 def unregister(name: str) -> None:
     """Removes a family added by :func:`register`."""
-    _registered.pop(name, None)
+    global _generation
+    if _registered.pop(name, None) is not None:
+        _generation += 1
+
+
+def generation() -> int:
+    """How many times :func:`register` and :func:`unregister` changed the families: the key
+    of caches derived from every family's declaration."""
+    return _generation
 
 
 def algorithms(family_name: str) -> dict[str, type[Learner]]:

@@ -9,6 +9,7 @@ with the model of its learner's family.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 from collections.abc import Mapping
@@ -19,7 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator, m
 from pydantic_core import PydanticCustomError
 
 from banditflow.learners.base import LearnerError
-from banditflow.learners.registry import families, family
+from banditflow.learners.family import Family
+from banditflow.learners.registry import families, family, generation
 
 SCHEMA_VERSION = 1
 
@@ -147,8 +149,7 @@ class FeedbackRecord(Record):
 
     @model_validator(mode="after")
     def _carries_something(self) -> FeedbackRecord:
-        payload = [name for name in type(self).model_fields
-                   if name not in FeedbackRecord.model_fields and name not in self.QUALIFIERS]
+        payload = [name for name in payload_fields(type(self)) if name not in self.QUALIFIERS]
         if all(getattr(self, name) is None for name in payload):
             raise ValueError(
                 f"feedback carries nothing; expected one of {', '.join(payload)}"
@@ -171,8 +172,7 @@ _ENVELOPE = ConfigDict(extra="allow")
 
 def _known_fields(record: BaseModel, kind: str) -> None:
     extra = record.model_extra or {}
-    known = {name for other in families()
-             for name in payload_fields(getattr(family_events(other), kind))}
+    known = any_family_fields(kind)
     unknown = sorted(name for name in extra if name not in known)
     if unknown:
         raise ValueError(f"{', '.join(unknown)}: Extra inputs are not permitted (no family's "
@@ -252,10 +252,23 @@ class FamilyEvents(NamedTuple):
 LIMITS = ("max_labels", "max_features")
 
 
+# family name -> (its declaration, its checked event models): read for every record
+_EVENTS: dict[str, tuple[Family, FamilyEvents]] = {}
+
+
 def family_events(name: str) -> FamilyEvents:
     """The event models of family ``name``, from the module its front door names; raises
     :class:`LearnerError` for an unknown family or a module that is not a family's models."""
     declared = family(name)
+    known = _EVENTS.get(name)
+    if known is not None and known[0] is declared:  # (a family registered again: checked anew)
+        return known[1]
+    events = _checked_events(name, declared)
+    _EVENTS[name] = (declared, events)
+    return events
+
+
+def _checked_events(name: str, declared: Family) -> FamilyEvents:
     events = getattr(importlib.import_module(declared.events), "EVENTS", None)
     if not isinstance(events, FamilyEvents):
         raise LearnerError(
@@ -271,10 +284,23 @@ def family_events(name: str) -> FamilyEvents:
     return events
 
 
-def payload_fields(model: type[Record]) -> list[str]:
+@functools.cache  # (read for every record: a model's fields never change)
+def payload_fields(model: type[Record]) -> tuple[str, ...]:
     """The fields of a family's event model beyond the envelope its base declares."""
     base = next(b for b in (ContextRecord, FeedbackRecord, TruthRecord) if issubclass(model, b))
-    return [name for name in model.model_fields if name not in base.model_fields]
+    return tuple(name for name in model.model_fields if name not in base.model_fields)
+
+
+def any_family_fields(kind: str) -> frozenset[str]:
+    """The fields some family's ``kind`` records (context, feedback, truth) carry beyond
+    their envelope."""
+    return _any_family_fields(kind, generation())
+
+
+@functools.cache  # (one entry per kind and set of families)
+def _any_family_fields(kind: str, _generation: int) -> frozenset[str]:
+    return frozenset(name for other in families()
+                     for name in payload_fields(getattr(family_events(other), kind)))
 
 
 def _topic_model(kind: str, doc: str) -> Any:

@@ -8,8 +8,12 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from banditflow.learners.registry import families
-from banditflow.schemas.events import ContextRecord, family_events, payload_fields
+from banditflow.schemas.events import (
+    ContextRecord,
+    any_family_fields,
+    family_events,
+    payload_fields,
+)
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -144,9 +148,7 @@ def _foreign_fields(raw: bytes, model: type[BaseModel], kind: str) -> list[str]:
              if e["type"] == "extra_forbidden" and len(e["loc"]) == 1]
     if len(names) != len(errors):
         return []
-    elsewhere = {name for other in families()
-                 for name in payload_fields(getattr(family_events(other), kind))}
-    return sorted(names) if set(names) <= elsewhere else []
+    return sorted(names) if set(names) <= any_family_fields(kind) else []
 
 
 def _reason(error: ValidationError) -> tuple[str, str]:
