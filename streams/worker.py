@@ -316,10 +316,10 @@ class Worker:
                 # flight is acknowledged, with whatever came meanwhile). While records wait
                 # unread (a backlog), the interval and max_batch_events cut the commits
                 # instead: a commit costs CPU in proportion to the state of the learners it
-                # writes, and back-to-back commits in a backlog halved the events/s of one
-                # learner with a large state (SPS, exact horizon: 6.6k against 13.5k events/s,
-                # issue 23's A/B run), while its decisions wait behind the backlog anyway.
-                # Events that produced nothing wait for the interval.
+                # writes (a learner's whole text, and its patch), so back-to-back commits in
+                # a backlog would spend on state writes the CPU the backlog needs, while its
+                # decisions wait behind the backlog anyway. Events that produced nothing
+                # wait for the interval.
                 if task.has_output and None not in self._caught_up(task).values():
                     self._commit_wanted.set()
             if self._waiting_events >= self.settings.max_batch_events:
