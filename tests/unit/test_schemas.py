@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import jsonschema
@@ -167,3 +168,38 @@ def test_another_familys_fields_are_refused_with_what_the_family_takes(
     with pytest.raises(Rejected) as rejected:
         parse_family_event(raw, "conformal", kind, Limits())
     assert (rejected.value.reason, rejected.value.detail) == (reason, detail)
+
+
+def test_a_record_checks_its_families_declarations_once_not_per_record(monkeypatch) -> None:
+    """What every family's records carry, and each family's checked models, are computed
+    once per set of families: computed per record, they cost the worker half its events/s
+    (issue 23's A/B run). A registration computes them anew."""
+    from banditflow.learners import registry
+    from banditflow.schemas import events
+
+    checked: list[str] = []
+    check = events._checked_events
+    monkeypatch.setattr(events, "_checked_events",
+                        lambda name, declared: checked.append(name) or check(name, declared))
+    context = json.dumps({"learner_id": "l", "event_id": "e", "labels": ["a", "b"],
+                          "scores": [1.0, 0.0]}).encode()
+    feedback = json.dumps({"learner_id": "l", "event_id": "e", "label": "a"}).encode()
+    for _ in range(2):  # (the first round may fill the caches)
+        checked.clear()
+        misses = events._any_family_fields.cache_info().misses
+        for _ in range(50):
+            parse_event(context, ContextEnvelope, Limits())
+            parse_event(feedback, FeedbackEnvelope, Limits())
+            parse_family_event(context, "conformal", "context", Limits())
+            parse_family_event(feedback, "conformal", "feedback", Limits())
+    assert checked == []
+    assert events._any_family_fields.cache_info().misses == misses
+    twin = dataclasses.replace(registry.family("conformal"), name="conformal_twin")
+    registry.register(twin)
+    try:  # another family: what some family's records carry is computed again, once
+        parse_event(context, ContextEnvelope, Limits())
+        parse_event(context, ContextEnvelope, Limits())
+        assert events._any_family_fields.cache_info().misses == misses + 1
+        assert checked == ["conformal_twin"]
+    finally:
+        registry.unregister("conformal_twin")
