@@ -17,6 +17,7 @@ _SPEC.loader.exec_module(_MODULE)
 
 # Re-exported: pytest registers the fixture functions and hooks a conftest module holds
 # (on an external broker, the fault tests skip and clean up as the integration tests do).
+pytest_report_header = _MODULE.pytest_report_header
 pytest_collection_modifyitems = _MODULE.pytest_collection_modifyitems
 external_cleanup = _MODULE.external_cleanup
 broker = _MODULE.broker

@@ -74,6 +74,12 @@ class ExternalBroker:
         return self.connection.bootstrap
 
 
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    # The tag names what a killed run leaves on the external broker.
+    return [f"external broker {EXTERNAL_BOOTSTRAP}: this run's topics and groups carry the tag "
+            f"-{RUN_TAG}"] if EXTERNAL_BOOTSTRAP else []
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if EXTERNAL_BOOTSTRAP:
         skip = pytest.mark.skip(reason="needs the embedded broker itself, and the tests run "
