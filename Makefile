@@ -10,7 +10,8 @@ DEV := $(VENV)/.installed-dev
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-external test-kafka lint system-deps bench fault soak clean
+.PHONY: demo test test-external test-external-tls test-kafka lint system-deps bench fault soak \
+	clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -62,9 +63,12 @@ test: $(DEV) system-deps lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The integration tests on a broker they did not start (issue 25): BANDITFLOW_TEST_BOOTSTRAP
-# (and BANDITFLOW_KAFKA_CONFIG for its client configuration) names it; without it, an
-# embedded broker started apart here stands in for one. Each test deletes what it created;
-# tests that need the embedded broker itself are skipped. EXTERNAL_TESTS narrows the run.
+# (and BANDITFLOW_KAFKA_CONFIG or BANDITFLOW_KAFKA_* for its client configuration, which the
+# tests' clients and the processes they start all use) names it; without it, an embedded
+# broker started apart here stands in for one. Topics, app ids and groups carry a tag of the
+# run, so runs sharing a broker do not meet; each test deletes what it created; tests that
+# need the embedded broker itself are skipped. EXTERNAL_TESTS narrows the run (tests/fault
+# runs so too).
 EXTERNAL_TESTS ?= tests/integration
 test-external: $(DEV) system-deps
 	@if [ -n "$$BANDITFLOW_TEST_BOOTSTRAP" ]; then \
@@ -75,6 +79,12 @@ test-external: $(DEV) system-deps
 	  trap "kill $$broker" EXIT; \
 	  BANDITFLOW_TEST_BOOTSTRAP=127.0.0.1:$$port $(BIN)/python -m pytest $(EXTERNAL_TESTS) $(PYTEST_ARGS); \
 	fi
+
+# The same over mutual TLS: an embedded broker behind stunnel, with certificates made for the
+# run and a client properties file naming them (tests/integration/tls_front.py), then
+# make test-external with BANDITFLOW_TEST_BOOTSTRAP and BANDITFLOW_KAFKA_CONFIG set to them.
+test-external-tls: $(DEV) system-deps
+	$(BIN)/python tests/integration/tls_front.py $(MAKE) --no-print-directory test-external
 
 # The same on Apache Kafka, started with testcontainers where a Docker engine answers; here
 # without one it says so and skips (tests/kafka_container.py).

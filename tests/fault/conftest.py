@@ -15,7 +15,11 @@ _MODULE = importlib.util.module_from_spec(_SPEC)
 sys.modules[_SPEC.name] = _MODULE  # (its dataclasses look their module up)
 _SPEC.loader.exec_module(_MODULE)
 
-# Re-exported: pytest registers the fixture functions a conftest module holds.
+# Re-exported: pytest registers the fixture functions and hooks a conftest module holds
+# (on an external broker, the fault tests skip and clean up as the integration tests do).
+pytest_report_header = _MODULE.pytest_report_header
+pytest_collection_modifyitems = _MODULE.pytest_collection_modifyitems
+external_cleanup = _MODULE.external_cleanup
 broker = _MODULE.broker
 start_worker = _MODULE.start_worker
 read_topic = _MODULE.read_topic
@@ -27,3 +31,4 @@ TopicReader = _MODULE.TopicReader
 # conftest module that name finds depends on the order pytest loaded them)
 is_ready = _MODULE.is_ready
 decisions_consumer = _MODULE.decisions_consumer
+run_prefix = _MODULE.run_prefix

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pytest
 from aiokafka import AIOKafkaProducer
+from conftest import run_prefix
 from corpus import (
     ANY_REASON,
     DEDUPE,
@@ -45,6 +46,7 @@ from corpus import (
 )
 
 from banditflow.processors.store import KeyKind, StateKey
+from banditflow.streams.connection import KafkaConnection
 from banditflow.streams.scrape import samples
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
@@ -55,7 +57,7 @@ RATE = float(os.environ.get("FAULT_RATE", "3000"))
 BACKLOG = 2000  # records the producer may be ahead of the worker (about a second or two)
 SKIP = frozenset(filter(None, os.environ.get("FAULT_SKIP", "").split(",")))
 PARTITIONS = 2
-PREFIX = "fault"
+PREFIX = run_prefix("fault")
 REPORT = Path(os.environ.get("FAULT_REPORT", "runs/fault/corpus.json"))
 
 # Flat memory: the worker's RSS may grow at most this much over the second half of the
@@ -117,7 +119,7 @@ def growth(points: list[tuple[float, float]]) -> tuple[float, float]:
     return slope, slope * float(t[-1] - t[0])
 
 
-async def produce(bootstrap: str, topics: dict[str, str], records: list[Record],
+async def produce(kafka: KafkaConnection, topics: dict[str, str], records: list[Record],
                   rate: float = 0.0, handled: Any = None) -> list[tuple[str, int, int]]:
     """Produce ``records`` in order and return each one's (topic, partition, offset) from
     the broker's acknowledgement. With ``rate``, at most that many records/s; with
@@ -125,7 +127,7 @@ async def produce(bootstrap: str, topics: dict[str, str], records: list[Record],
     ahead of the worker: stream time then follows the wall clock, as under a steady load,
     and retention bounds what the worker keeps (in a backlog every record is stamped within
     the few seconds the producer took, so nothing settled expires until it is read)."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5,
+    producer = AIOKafkaProducer(**kafka.aiokafka_kwargs(), acks="all", linger_ms=5,
                                 max_request_size=4 << 20)
     await producer.start()
     try:
@@ -240,7 +242,7 @@ def test_corpus_every_bad_record_one_dead_letter(
         return len(drain(decisions)), len(drain(dead))
 
     # The learners first, as an application creates them before using them.
-    offsets = asyncio.run(produce(broker.bootstrap, topics, phases[-1]))
+    offsets = asyncio.run(produce(broker.connection, topics, phases[-1]))
     where.update(zip(offsets, phases[-1], strict=True))
     if not poll_for(lambda: metric(worker, "banditflow_records_total", topic=topics["learners"],
                                    outcome="created") >= len(phases[-1]), 30):
@@ -248,7 +250,7 @@ def test_corpus_every_bad_record_one_dead_letter(
     with RssSampler(worker.process.pid) as rss:
         load_start = time.monotonic()
         # Phase 0: the bad records and the valid traffic.
-        offsets = asyncio.run(produce(broker.bootstrap, topics, phases[0], RATE, handled))
+        offsets = asyncio.run(produce(broker.connection, topics, phases[0], RATE, handled))
         where.update(zip(offsets, phases[0], strict=True))
         produced_s = time.monotonic() - load_start
         if not poll_for(lambda: decided(phases[0]), 60 + SIZE / 500, progress):
@@ -258,7 +260,7 @@ def test_corpus_every_bad_record_one_dead_letter(
         # until those decisions expired and rv's reconfiguration was applied. Expired
         # decisions are kept RETENTION_S (5 s) after expiring: phase 2 must come sooner, so
         # this waits on one /metrics scrape every 0.1 s, not on the topic readers.
-        offsets = asyncio.run(produce(broker.bootstrap, topics, phases[1]))
+        offsets = asyncio.run(produce(broker.connection, topics, phases[1]))
         where.update(zip(offsets, phases[1], strict=True))
         late = sum(1 for r in phases[1] if r.stream == "contexts")
 
@@ -278,7 +280,7 @@ def test_corpus_every_bad_record_one_dead_letter(
         if not poll_for(expired_and_reconfigured, 30, every_s=0.1):
             notes.append("phase 1: decisions, timeouts or the reconfiguration missing")
         # Phase 2: feedback for the expired decisions and for rv's former version.
-        offsets = asyncio.run(produce(broker.bootstrap, topics, phases[2]))
+        offsets = asyncio.run(produce(broker.connection, topics, phases[2]))
         where.update(zip(offsets, phases[2], strict=True))
         expected_dead = sum(1 for r in records if r.expect not in (VALID, DEDUPE))
         # Holds are dead-lettered once their stream time passes their grace (10 s at most).

@@ -25,7 +25,9 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from conftest import run_prefix
 
+from banditflow.streams.connection import KafkaConnection
 from banditflow.streams.scrape import samples
 from banditflow.streams.topics import partition_for
 
@@ -45,11 +47,11 @@ def context(lid: str, eid: str, labels: list[Any] | None = None) -> dict[str, An
             "scores": [1.0 - i / 10 for i in range(len(labels))]}
 
 
-def produce(bootstrap: str, records: list[tuple[str, str, dict[str, Any]]]) -> None:
+def produce(kafka: KafkaConnection, records: list[tuple[str, str, dict[str, Any]]]) -> None:
     """Produce (topic, key, JSON body) in order, each acknowledged before the next."""
 
     async def run() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+        producer = AIOKafkaProducer(**kafka.aiokafka_kwargs())
         await producer.start()
         try:
             for topic, key, body in records:
@@ -101,12 +103,12 @@ def test_escaping_record_gets_one_dead_letter(
     broker, start_worker, read_topic, wait_until, case: str, stream: str, lid: str,
     body: dict[str, Any], reasons: set[str],
 ) -> None:
-    worker = start_worker(f"esc-{case}", partitions=PARTITIONS)
+    worker = start_worker(run_prefix(f"esc-{case}"), partitions=PARTITIONS)
     topics = worker.topics
     valid = same_partition(lid, "esc-ok")  # its context comes after the record
     configs = [(topics.learners, name, conformal_config(name))
                for name in sorted({lid, valid} if stream != "learners" else {valid})]
-    produce(broker.bootstrap, [
+    produce(broker.connection, [
         *configs,
         (getattr(topics, stream), lid, body),
         (topics.contexts, valid, context(valid, "after")),
@@ -130,10 +132,10 @@ def test_escape_while_contexts_wait_for_their_config_loses_no_other_record(
     decides them. A bad record among them (once, this label beyond 64 bits escaped there)
     must not cost the others their decisions, nor the early feedback held with them its
     dead letter. (The processors' unit test injects an unexpected failure at that point.)"""
-    worker = start_worker("esc-held", partitions=PARTITIONS)
+    worker = start_worker(run_prefix("esc-held"), partitions=PARTITIONS)
     topics = worker.topics
     lid = "late"
-    produce(broker.bootstrap, [
+    produce(broker.connection, [
         (topics.contexts, lid, context(lid, "first")),
         (topics.feedback, lid, {"learner_id": lid, "event_id": "first", "missed": False}),
         (topics.contexts, lid, context(lid, "big", [2**64, "b"])),
@@ -141,7 +143,7 @@ def test_escape_while_contexts_wait_for_their_config_loses_no_other_record(
     ])
     # the label beyond 64 bits is refused on arrival now; the three others wait
     wait_until(lambda: metric(worker, "banditflow_records_total", outcome="held") >= 3, 20)
-    produce(broker.bootstrap, [(topics.learners, lid, conformal_config(lid))])
+    produce(broker.connection, [(topics.learners, lid, conformal_config(lid))])
     decisions = read_topic(topics.decisions)
     dead = read_topic(topics.deadletter)
     try:
@@ -161,18 +163,18 @@ def test_contradicting_early_feedback_does_not_drop_the_true_feedback(
     """Feedback may arrive before its decision (it is held). A contradicting record held
     there must be dead-lettered and the true feedback after it applied, as when both arrive
     after the decision."""
-    worker = start_worker("esc-early", partitions=PARTITIONS)
+    worker = start_worker(run_prefix("esc-early"), partitions=PARTITIONS)
     topics = worker.topics
     lid = "early"
-    produce(broker.bootstrap, [(topics.learners, lid, conformal_config(lid))])
+    produce(broker.connection, [(topics.learners, lid, conformal_config(lid))])
     wait_until(lambda: metric(worker, "banditflow_records_total", outcome="created") >= 1, 20)
-    produce(broker.bootstrap, [
+    produce(broker.connection, [
         (topics.feedback, lid, {"learner_id": lid, "event_id": "e", "label": "never-offered"}),
         (topics.feedback, lid, {"learner_id": lid, "event_id": "e", "label": "a"}),
     ])
     wait_until(lambda: metric(worker, "banditflow_records_total",
                               topic=topics.feedback) >= 2, 20)
-    produce(broker.bootstrap, [(topics.contexts, lid, context(lid, "e"))])
+    produce(broker.connection, [(topics.contexts, lid, context(lid, "e"))])
     read_topic(topics.decisions).wait_for(lambda rs: len(rs) >= 1, 20)
     dead = read_topic(topics.deadletter).wait_for(lambda rs: len(rs) >= 1, 20)
     assert [d["reason"] for d in dead] == ["contradicting_feedback"]

@@ -20,6 +20,9 @@ import time
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from conftest import run_prefix
+
+from banditflow.streams.connection import KafkaConnection
 
 BATCHES = int(os.environ.get("FAULT_FETCH_BATCHES", "45000"))
 pytestmark = [
@@ -31,11 +34,11 @@ PARTITIONS = 2
 SENDERS = 16  # producers sending one-record batches side by side
 
 
-async def fill(bootstrap: str, topic: str, learner_id: str, count: int) -> None:
+async def fill(kafka: KafkaConnection, topic: str, learner_id: str, count: int) -> None:
     """``count`` contexts, one record a batch: ``SENDERS`` producers, each waiting for every
     acknowledgement before its next send (one producer's concurrent sends would share
     batches)."""
-    producers = [AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
+    producers = [AIOKafkaProducer(**kafka.aiokafka_kwargs(), linger_ms=0)
                  for _ in range(SENDERS)]
     await asyncio.gather(*(producer.start() for producer in producers))
     try:
@@ -52,25 +55,25 @@ async def fill(bootstrap: str, topic: str, learner_id: str, count: int) -> None:
 
 
 def test_a_worker_reads_a_partition_of_many_batches(broker, start_worker, read_topic) -> None:
-    worker = start_worker("fetchwait", partitions=PARTITIONS)
-    lid = "lid"
+    prefix, lid = run_prefix("fetchwait"), "lid"
+    worker = start_worker(prefix, partitions=PARTITIONS)
     config = {"learner_id": lid, "family": "conformal", "algorithm": "sps",
               "params": {"target_coverage": 0.9, "horizon": 1000, "max_values": 64},
               "feedback_timeout_s": 3600}
     worker.stop()  # fill the partition first: the worker meets it as a backlog
     started = time.monotonic()
-    asyncio.run(fill(broker.bootstrap, worker.topics.contexts, lid, BATCHES))
+    asyncio.run(fill(broker.connection, worker.topics.contexts, lid, BATCHES))
     filled = time.monotonic() - started
 
     async def configure() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
+        producer = AIOKafkaProducer(**broker.connection.aiokafka_kwargs())
         await producer.start()
         await producer.send_and_wait(worker.topics.learners, json.dumps(config).encode(),
                                      lid.encode())
         await producer.stop()
 
     asyncio.run(configure())
-    restarted = start_worker("fetchwait", partitions=PARTITIONS)
+    restarted = start_worker(prefix, partitions=PARTITIONS)
     decisions = read_topic(restarted.topics.decisions)
     started = time.monotonic()
     decisions.wait_for(lambda records: len({r["event_id"] for r in records}) >= BATCHES, 120)

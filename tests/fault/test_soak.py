@@ -46,7 +46,12 @@ from typing import Any
 import matplotlib
 import numpy as np
 import pytest
-from _integration_fixtures import Worker, decisions_consumer  # loaded by tests/fault/conftest.py
+from _integration_fixtures import (  # loaded by tests/fault/conftest.py
+    ExternalBroker,
+    Worker,
+    decisions_consumer,
+    run_prefix,
+)
 from aiokafka import AIOKafkaProducer
 from test_corpus import growth, metric
 
@@ -66,7 +71,7 @@ RATE = float(os.environ.get("SOAK_RATE", "200"))
 SEED = int(os.environ.get("SOAK_SEED", "20240612"))
 OUT = Path(os.environ.get("SOAK_OUT", "runs/soak"))
 PARTITIONS = 4
-PREFIX = "soak"
+PREFIX = run_prefix("soak")
 # Settled decisions are kept this long (stream time) to recognise a record sent again: the
 # worker's default (600 s) in the 30-minute soak, a third of a shorter run, so that what the
 # worker keeps levels off well before the second half, where the RSS slope is measured.
@@ -193,17 +198,17 @@ def rss_mb(pid: int) -> float | None:
     return int(match.group(1)) / 1024 if match else None
 
 
-async def drive(broker: EmbeddedBroker, worker: Worker, ids: dict[str, str]) -> Run:
+async def drive(broker: EmbeddedBroker | ExternalBroker, worker: Worker, ids: dict[str, str]
+                ) -> Run:
     """Run the load for SECONDS, then until every context is decided and every decision
     settled; sample the worker every second throughout."""
-    bootstrap = broker.bootstrap
     topics = worker.topics
     rng = np.random.default_rng(SEED)
     traffic = Traffic(rng, ids)
     run = Run()
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    producer = AIOKafkaProducer(**broker.connection.aiokafka_kwargs(), linger_ms=5)
     await producer.start()
-    consumer = await decisions_consumer(bootstrap, topics.decisions)
+    consumer = await decisions_consumer(broker.connection, topics.decisions)
     # (due, seq, topic, key, value, the (learner, event) whose feedback it is, or None)
     later: list[tuple[float, int, str, bytes, bytes, tuple[str, str] | None]] = []
     seq = itertools.count()
@@ -298,8 +303,10 @@ async def drive(broker: EmbeddedBroker, worker: Worker, ids: dict[str, str]) -> 
                 "loading": loading,
                 "alive": worker.process.poll() is None,
                 "rss_mb": rss_mb(worker.process.pid),
-                # (the embedded broker keeps every record in memory, the state log's too)
-                "broker_rss_mb": rss_mb(broker.process.pid) if broker.process else None,
+                # (the embedded broker keeps every record in memory, the state log's too;
+                # an external broker's process is not ours to sample)
+                "broker_rss_mb": (rss_mb(broker.process.pid) if isinstance(broker, EmbeddedBroker)
+                                  and broker.process else None),
                 "sent": run.sent["contexts"],
                 "decided": run.decided,
                 "lag": run.sent["contexts"] - run.decided,
@@ -413,7 +420,7 @@ def test_soak_fixed_load(broker, start_worker, read_topic) -> None:
     dead = read_topic(topics.deadletter)
 
     async def create() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
+        producer = AIOKafkaProducer(**broker.connection.aiokafka_kwargs())
         await producer.start()
         try:
             for lid, kind in ids.items():

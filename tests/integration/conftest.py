@@ -3,10 +3,13 @@ worker processes. Every process started here is stopped in teardown, failures in
 
 With ``BANDITFLOW_TEST_BOOTSTRAP`` set, the tests use that broker instead, one they did not
 start (``make test-external``), with the client configuration of ``BANDITFLOW_KAFKA_CONFIG``
-and the ``BANDITFLOW_KAFKA_*`` variables (the workers they start inherit them); every test
-deletes the topics and consumer groups it created, and tests marked ``embedded_broker``
-(they start, stop or empty a broker of their own, or show an embedded-broker quirk) are
-skipped."""
+and the ``BANDITFLOW_KAFKA_*`` variables: the clients the tests build take it from
+``broker.connection``, the banditflow processes they start inherit the variables. Every
+prefix, app id and consumer group a test picks goes through :func:`run_prefix`, which tags
+it with this session's :data:`RUN_TAG` there, so that runs sharing the broker do not meet;
+every test deletes the topics and consumer groups of this run it created, and tests marked
+``embedded_broker`` (they start, stop or empty a broker of their own, or show an
+embedded-broker quirk) are skipped."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -39,6 +43,24 @@ from banditflow.streams.statelog_kafka import read_commits
 from banditflow.streams.topics import Topics, ensure_topics, state_topic
 
 EXTERNAL_BOOTSTRAP = os.environ.get("BANDITFLOW_TEST_BOOTSTRAP")
+# This session's tag (hex: valid in topic names and group ids). Kept in the environment
+# because this module is loaded more than once per session (as tests/integration's conftest,
+# by tests/fault/conftest.py, and by tests importing it by path), and every copy must tag
+# alike; the banditflow processes the tests start inherit it unused.
+RUN_TAG = os.environ.setdefault("BANDITFLOW_TEST_RUN_TAG", secrets.token_hex(3))
+
+
+def run_prefix(name: str) -> str:
+    """The topic prefix (app id, consumer group) a test calls ``name``: ``name`` itself on
+    the broker the suite started; on an external broker ``name-<RUN_TAG>``, so that two runs
+    sharing that broker, or what a killed run left on it, never share a topic or a group.
+    Tests call it once per name and refer to the name through what it returned."""
+    return f"{name}-{RUN_TAG}" if EXTERNAL_BOOTSTRAP else name
+
+
+def of_this_run(name: str) -> bool:
+    """Whether a topic or group on the external broker is one of this session's."""
+    return f"-{RUN_TAG}" in name
 
 
 @dataclass(frozen=True)
@@ -50,6 +72,12 @@ class ExternalBroker:
     @property
     def bootstrap(self) -> str:
         return self.connection.bootstrap
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    # The tag names what a killed run leaves on the external broker.
+    return [f"external broker {EXTERNAL_BOOTSTRAP}: this run's topics and groups carry the tag "
+            f"-{RUN_TAG}"] if EXTERNAL_BOOTSTRAP else []
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -77,7 +105,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker 
 @pytest.fixture(autouse=True)
 def external_cleanup(request: pytest.FixtureRequest) -> Iterator[None]:
     """On an external broker, the topics and consumer groups a test created are deleted
-    after it: the next run (or another suite on the same broker) starts clean."""
+    after it: the next run starts clean. Only this run's (:func:`run_prefix`): another run
+    on the same broker creates its own meanwhile, and the broker may create internal ones."""
     if not EXTERNAL_BOOTSTRAP or "embedded_broker" in request.keywords:
         yield
         return
@@ -85,15 +114,15 @@ def external_cleanup(request: pytest.FixtureRequest) -> Iterator[None]:
 
     connection = request.getfixturevalue("broker").connection
     admin = KafkaAdminClient(**connection.kafka_python_kwargs())
-    def groups() -> set[str]:
-        return {group["group_id"] for group in admin.list_groups()}
-
     try:
-        topics, before = set(admin.list_topics()), groups()
+        topics = set(admin.list_topics())
         yield
-        new_topics = sorted(set(admin.list_topics()) - topics)
-        # Workers' groups are named as their state topics (some brokers list no groups).
-        new_groups = (groups() - before) | {
+        new_topics = sorted(name for name in set(admin.list_topics()) - topics
+                            if of_this_run(name))
+        # Every group of this run: their workers are stopped by now. Workers' groups are
+        # named as their state topics too (some brokers list no groups).
+        new_groups = {group["group_id"] for group in admin.list_groups()
+                      if of_this_run(group["group_id"])} | {
             name.removesuffix(".state") for name in new_topics if name.endswith(".state")}
         with contextlib.suppress(KafkaError):  # (a group still closing is deleted next time)
             if new_groups:

@@ -15,6 +15,7 @@ from typing import Any
 import jsonschema
 import numpy as np
 import pytest
+from conftest import run_prefix
 from kafka import KafkaProducer
 
 from banditflow.offline.archive import joined_rounds, read_archive
@@ -22,7 +23,7 @@ from banditflow.schemas.archive import SCHEMA_PATH
 
 pytestmark = pytest.mark.integration
 
-PREFIX = "archived"
+PREFIX = run_prefix("archived")
 LID = "router"
 ACTIONS = 3
 DIM = 2

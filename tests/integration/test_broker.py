@@ -10,7 +10,8 @@ import pytest
 
 from banditflow.streams.broker import free_port, port_open
 
-pytestmark = pytest.mark.integration
+# (it starts a broker of its own: nothing to run against an external one)
+pytestmark = [pytest.mark.integration, pytest.mark.embedded_broker]
 
 
 def test_killing_banditflow_broker_stops_its_tansu_child(tmp_path) -> None:

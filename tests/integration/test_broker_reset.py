@@ -21,10 +21,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import run_prefix
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError
 
 from banditflow.streams.broker import EmbeddedBroker, free_port
+from banditflow.streams.connection import KafkaConnection
 from banditflow.streams.demo import wait_until_ready
 from banditflow.streams.recovery import EXIT_STATE_LOST
 from banditflow.streams.scrape import fetch
@@ -36,11 +38,11 @@ LID = "reset"
 LOAD_LEARNERS = [f"load{i}" for i in range(8)]
 
 
-def start(bootstrap: str, prefix: str, partitions: int, web_port: int, log: Path,
+def start(kafka: KafkaConnection, prefix: str, partitions: int, web_port: int, log: Path,
           *extra: str) -> subprocess.Popen[bytes]:
-    ensure_topics(bootstrap, Topics(prefix), partitions, prefix)
+    ensure_topics(kafka, Topics(prefix), partitions, prefix)
     command = [
-        sys.executable, "-m", "banditflow.streams.cli", "worker", "--bootstrap", bootstrap,
+        sys.executable, "-m", "banditflow.streams.cli", "worker", "--bootstrap", kafka.bootstrap,
         "--prefix", prefix, "--app-id", prefix, "--partitions", str(partitions),
         "--web-port", str(web_port), "--loglevel", "info", *extra,
     ]
@@ -50,10 +52,10 @@ def start(bootstrap: str, prefix: str, partitions: int, web_port: int, log: Path
     return process
 
 
-def decide(bootstrap: str, prefix: str, first: int, count: int) -> set[str]:
+def decide(kafka: KafkaConnection, prefix: str, first: int, count: int) -> set[str]:
     """Configure the learner, send ``count`` contexts, return the event ids decided."""
     topics = Topics(prefix)
-    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    producer = KafkaProducer(**kafka.kafka_python_kwargs())
     producer.send(topics.learners, key=LID.encode(), value=json.dumps(
         {"learner_id": LID, "family": "conformal", "algorithm": "sps",
          "params": {"alpha": 0.8, "horizon": 1000}}).encode())
@@ -64,7 +66,7 @@ def decide(bootstrap: str, prefix: str, first: int, count: int) -> set[str]:
              "scores": [1.0, 0.0]}).encode())
     producer.flush()
     producer.close()
-    consumer = KafkaConsumer(topics.decisions, bootstrap_servers=bootstrap,
+    consumer = KafkaConsumer(topics.decisions, **kafka.kafka_python_kwargs(),
                              auto_offset_reset="earliest", consumer_timeout_ms=1000)
     seen: set[str] = set()
     deadline = time.monotonic() + 60
@@ -75,11 +77,11 @@ def decide(bootstrap: str, prefix: str, first: int, count: int) -> set[str]:
 
 
 def test_a_broker_that_lost_the_state_stops_the_worker_with_status_3(tmp_path) -> None:
-    port, web = free_port(), free_port()
+    port, web, prefix = free_port(), free_port(), run_prefix("lost")
     broker = EmbeddedBroker(port=port, log_path=tmp_path / "broker.log").start()
-    worker = start(broker.bootstrap, "lost", 2, web, tmp_path / "worker.log")
+    worker = start(broker.connection, prefix, 2, web, tmp_path / "worker.log")
     try:
-        assert len(decide(broker.bootstrap, "lost", 0, 20)) == 20
+        assert len(decide(broker.connection, prefix, 0, 20)) == 20
         broker.stop()
         time.sleep(8)  # an outage: the worker waits, and does not flood its log
         outage_lines = (tmp_path / "worker.log").read_text().count("\n")
@@ -96,9 +98,9 @@ def test_a_broker_that_lost_the_state_stops_the_worker_with_status_3(tmp_path) -
         assert log.count("landed at") <= 2  # (one per partition at most)
         # A worker started on that broker next reads what the lost one wrote there as no
         # state, and decides.
-        fresh = start(broker.bootstrap, "lost", 2, free_port(), tmp_path / "fresh.log")
+        fresh = start(broker.connection, prefix, 2, free_port(), tmp_path / "fresh.log")
         try:
-            assert len(decide(broker.bootstrap, "lost", 100, 20)) == 20
+            assert len(decide(broker.connection, prefix, 100, 20)) == 20
             assert fresh.poll() is None
         finally:
             fresh.terminate()
@@ -113,15 +115,15 @@ def test_told_to_start_fresh_the_worker_decides_again_on_the_emptied_broker(tmp_
     """With as many partitions as the broker creates topics with when clients ask for them
     (Tansu: 4, the worker's default), the worker starts the partitions afresh: once the
     learner is configured again, new contexts are decided."""
-    port, web = free_port(), free_port()
+    port, web, prefix = free_port(), free_port(), run_prefix("fresh")
     broker = EmbeddedBroker(port=port, log_path=tmp_path / "broker.log").start()
-    worker = start(broker.bootstrap, "fresh", 4, web, tmp_path / "worker.log",
+    worker = start(broker.connection, prefix, 4, web, tmp_path / "worker.log",
                    "--on-state-loss", "fresh")
     try:
-        assert len(decide(broker.bootstrap, "fresh", 0, 20)) == 20
+        assert len(decide(broker.connection, prefix, 0, 20)) == 20
         broker.stop()
         broker = EmbeddedBroker(port=port, log_path=tmp_path / "broker.log").start()
-        assert len(decide(broker.bootstrap, "fresh", 100, 20)) == 20
+        assert len(decide(broker.connection, prefix, 100, 20)) == 20
         assert worker.poll() is None
         log = (tmp_path / "worker.log").read_text()
         assert "starts afresh (--on-state-loss=fresh)" in log or "creating the missing" in log
@@ -135,12 +137,12 @@ def test_told_to_start_fresh_the_worker_decides_again_on_the_emptied_broker(tmp_
 def test_a_broker_outage_stalls_the_worker_which_then_resumes(tmp_path) -> None:
     """The broker stops answering for 8 s (SIGSTOP, its memory intact): /ready says so, the
     worker stays up, and once the broker answers again it decides where it left off."""
-    port, web = free_port(), free_port()
+    port, web, prefix = free_port(), free_port(), run_prefix("pause")
     broker = EmbeddedBroker(port=port, log_path=tmp_path / "broker.log").start()
-    worker = start(broker.bootstrap, "pause", 2, web, tmp_path / "worker.log")
+    worker = start(broker.connection, prefix, 2, web, tmp_path / "worker.log")
     assert broker.process is not None
     try:
-        assert len(decide(broker.bootstrap, "pause", 0, 20)) == 20
+        assert len(decide(broker.connection, prefix, 0, 20)) == 20
         os.kill(broker.process.pid, signal.SIGSTOP)
         try:
             deadline = time.monotonic() + 15
@@ -156,7 +158,7 @@ def test_a_broker_outage_stalls_the_worker_which_then_resumes(tmp_path) -> None:
             assert worker.poll() is None
         finally:
             os.kill(broker.process.pid, signal.SIGCONT)
-        assert len(decide(broker.bootstrap, "pause", 100, 20)) == 20
+        assert len(decide(broker.connection, prefix, 100, 20)) == 20
         wait_until_ready(worker, web, 30)
         assert "Traceback" not in (tmp_path / "worker.log").read_text()
     finally:
@@ -177,16 +179,16 @@ def test_a_broker_killed_under_load_gets_nothing_written_by_the_workers(tmp_path
     that offset (``AlreadyExists`` in its log, UnknownError to clients), so a decisions
     partition can stay unwritable. The status-3 test above (a worker idle at the kill)
     checks that the next worker decides."""
-    port = free_port()
+    port, prefix = free_port(), run_prefix("killed")
     broker = EmbeddedBroker(port=port, log_path=tmp_path / "broker.log").start()
     assert broker.process is not None
-    workers = [start(broker.bootstrap, "killed", 4, free_port(), tmp_path / f"worker{i}.log")
+    workers = [start(broker.connection, prefix, 4, free_port(), tmp_path / f"worker{i}.log")
                for i in range(2)]
     stop = threading.Event()
 
     def load() -> None:  # contexts for learners on every partition, whatever the broker does
-        producer = KafkaProducer(bootstrap_servers=broker.bootstrap, retries=1000)
-        topics, i = Topics("killed"), 0
+        producer = KafkaProducer(**broker.connection.kafka_python_kwargs(), retries=1000)
+        topics, i = Topics(prefix), 0
         for lid in LOAD_LEARNERS:
             producer.send(topics.learners, key=lid.encode(), value=json.dumps(
                 {"learner_id": lid, "family": "conformal", "algorithm": "sps",
@@ -219,13 +221,13 @@ def test_a_broker_killed_under_load_gets_nothing_written_by_the_workers(tmp_path
             assert "Traceback" not in log
         # What the workers wrote into the new broker: at most one record per partition and
         # worker (the commit that found the loss; commits here are one record each).
-        consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, consumer_timeout_ms=2000,
-                                 auto_offset_reset="earliest")
-        consumer.subscribe([state_topic("killed")])
+        consumer = KafkaConsumer(**broker.connection.kafka_python_kwargs(),
+                                 consumer_timeout_ms=2000, auto_offset_reset="earliest")
+        consumer.subscribe([state_topic(prefix)])
         per_partition = Counter(record.partition for record in consumer)
         consumer.close()
         assert all(count <= 2 for count in per_partition.values()), per_partition
-        fresh = start(broker.bootstrap, "killed", 4, free_port(), tmp_path / "fresh.log")
+        fresh = start(broker.connection, prefix, 4, free_port(), tmp_path / "fresh.log")
         try:  # (ready: every partition recovered and claimed)
             time.sleep(5)
             assert fresh.poll() is None

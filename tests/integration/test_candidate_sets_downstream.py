@@ -15,6 +15,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import run_prefix
 
 from banditflow.learners.registry import make_learner
 from banditflow.offline.candidate_task import CandidateTask
@@ -23,7 +24,7 @@ from banditflow.streams.simulate import SimulationSettings, run_simulation
 
 pytestmark = pytest.mark.integration
 
-SOURCE, TARGET = "candsrc", "canddst"
+SOURCE, TARGET = run_prefix("candsrc"), run_prefix("canddst")
 EVENTS = 300
 
 

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import pytest
+from conftest import run_prefix
 
 from banditflow import AsyncClient, Client, Decision, DecisionTimeout, Rejected
 from banditflow.schemas import Limits
@@ -54,12 +55,12 @@ def spread_suffix() -> str:
 
 
 def test_concurrent_decisions_each_get_their_own(broker, start_worker) -> None:
-    worker = start_worker("client", partitions=PARTITIONS)
+    worker = start_worker(run_prefix("client"), partitions=PARTITIONS)
     configs = family_configs(spread_suffix())
     calls = 2000
 
     async def run() -> tuple[list[tuple[str, str, Decision]], float]:
-        async with AsyncClient(broker.bootstrap, prefix=worker.prefix) as bf:
+        async with AsyncClient(broker.connection, prefix=worker.prefix) as bf:
             for config in configs.values():
                 await bf.learners.create(config)
             assert [c.learner_id for c in await bf.learners.list()] == sorted(
@@ -94,10 +95,10 @@ def test_concurrent_decisions_each_get_their_own(broker, start_worker) -> None:
 def test_sync_client_administration_validation_and_rejections(broker, start_worker) -> None:
     # The worker reads at most 5 labels, the client allows more: its "oversize" dead letter
     # (of a record it could not read, so without an event id) must reach the call.
-    worker = start_worker("clientsync", partitions=2, extra_args=["--max-labels", "5"])
+    worker = start_worker(run_prefix("clientsync"), partitions=2, extra_args=["--max-labels", "5"])
     conformal = family_configs()["conformal"]
     graph_cb = family_configs()["graph_cb"]
-    with Client(broker.bootstrap, prefix=worker.prefix, timeout=30) as bf:
+    with Client(broker.connection, prefix=worker.prefix, timeout=30) as bf:
         with pytest.raises(Rejected) as refused:
             bf.learners.create({**graph_cb, "params": {"actions": 0, "feature_dim": 2}})
         assert refused.value.reason == "invalid_config"
@@ -149,7 +150,7 @@ def test_sync_client_administration_validation_and_rejections(broker, start_work
         assert time.monotonic() - started < 5.0
 
         # A learner created elsewhere is found; a deleted one is unknown.
-        with Client(broker.bootstrap, prefix=worker.prefix) as other:
+        with Client(broker.connection, prefix=worker.prefix) as other:
             assert other.learners.get("shop") == created
             other.learners.delete("router")
         assert bf.learners.get("router") is None
@@ -160,8 +161,8 @@ def test_sync_client_administration_validation_and_rejections(broker, start_work
 
 
 def test_decision_timeout(broker, start_worker) -> None:
-    worker = start_worker("clienttimeout", partitions=1)
-    with Client(broker.bootstrap, prefix=worker.prefix) as bf:
+    worker = start_worker(run_prefix("clienttimeout"), partitions=1)
+    with Client(broker.connection, prefix=worker.prefix) as bf:
         bf.learners.create(family_configs()["deferral"])
         bf.decide("triage", features=[0.6, 0.8], timeout=60)
         worker.stop()

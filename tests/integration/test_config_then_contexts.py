@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from conftest import run_prefix
 from kafka import KafkaProducer
 
 from banditflow.streams.topics import Topics, ensure_topics
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.integration
 def test_contexts_fetched_with_a_reconfiguration_meet_the_version_they_were_sent_to(
     broker, start_worker, read_topic
 ) -> None:
-    prefix, lid, per_version = "recordorder", "reordered", 10
+    prefix, lid, per_version = run_prefix("recordorder"), "reordered", 10
     topics = Topics(prefix)
     ensure_topics(broker.connection, topics, 1, prefix)
     producer = KafkaProducer(**broker.connection.kafka_python_kwargs(), acks="all")

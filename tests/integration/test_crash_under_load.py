@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pytest
 from aiokafka import AIOKafkaProducer
-from conftest import decisions_consumer, is_ready
+from conftest import decisions_consumer, is_ready, run_prefix
 
 from banditflow.offline.environments import GaussianScores
 from banditflow.processors import Processor, Source
@@ -40,7 +40,7 @@ from banditflow.streams.topics import state_topic
 
 pytestmark = pytest.mark.integration
 
-PREFIX = "loadcrash"
+PREFIX = run_prefix("loadcrash")
 LEARNERS = ["lc-a", "lc-b", "lc-c", "lc-d"]
 RATE = 250.0  # contexts per second
 KILLS = 20
@@ -79,9 +79,9 @@ def test_kill_minus_nine_under_load(broker, start_worker, wait_until, state_of) 
 
     async def drive() -> None:
         nonlocal kills_during_startup
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
+        producer = AIOKafkaProducer(**broker.connection.aiokafka_kwargs(), linger_ms=5)
         await producer.start()
-        consumer = await decisions_consumer(broker.bootstrap, topics.decisions)
+        consumer = await decisions_consumer(broker.connection, topics.decisions)
         for lid in LEARNERS:
             await producer.send(topics.learners, json.dumps(config(lid)).encode(), lid.encode())
         done = asyncio.Event()
@@ -189,7 +189,7 @@ def test_kill_minus_nine_under_load(broker, start_worker, wait_until, state_of) 
     assert app.differing == []
 
     # The state log: the final entries, and the commits' marks never going back.
-    commits = asyncio.run(read_commits(broker.bootstrap, state_topic(PREFIX)))
+    commits = asyncio.run(read_commits(broker.connection, state_topic(PREFIX)))
     assert all(commits.values()), "the state log reads back empty"
     for partition in commits.values():
         for (_, before), (_, after) in itertools.pairwise(partition):

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import run_prefix
 from kafka import KafkaProducer
 
 from banditflow.streams.statelog_kafka import read_commits
@@ -46,7 +47,7 @@ from banditflow.streams.topics import state_topic
 
 pytestmark = pytest.mark.integration
 
-PREFIX = "defcrash"
+PREFIX = run_prefix("defcrash")
 BUDGET = 12.0
 EVENTS = 160  # per learner
 BATCH = 20
@@ -163,7 +164,7 @@ def test_budget_and_exactly_once_through_kill_minus_nine(
         time.sleep(1.0)  # anything still in flight (it must not change the counts below)
     except AssertionError:
         pass  # the checks below say what is missing
-    commits = asyncio.run(read_commits(broker.bootstrap, state_topic(PREFIX)))
+    commits = asyncio.run(read_commits(broker.connection, state_topic(PREFIX)))
     values = {lid: [commit.values()[f"l/{lid}"] for partition in commits.values()
                     for _, commit in partition if f"l/{lid}" in commit.values()]
               for lid in LEARNERS}

@@ -15,7 +15,9 @@ import pytest
 
 from banditflow.streams.broker import free_port
 
-pytestmark = pytest.mark.integration
+# The demo starts a broker of its own (given the suite's external broker configuration,
+# BANDITFLOW_KAFKA_CONFIG, it would run on that broker instead, under fixed names).
+pytestmark = [pytest.mark.integration, pytest.mark.embedded_broker]
 
 WALL_LIMIT_S = 90.0
 

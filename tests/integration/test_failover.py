@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from conftest import decisions_consumer
+from conftest import decisions_consumer, run_prefix
 
 pytestmark = pytest.mark.integration
 
-PREFIX = "failover"
+PREFIX = run_prefix("failover")
 LEARNERS = [f"fo-{i}" for i in range(8)]  # spread over the four partitions
 
 
@@ -38,9 +38,9 @@ def test_failover_after_kill_and_handover_after_sigterm(
     sent: list[str] = []
 
     async def drive() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
+        producer = AIOKafkaProducer(**broker.connection.aiokafka_kwargs(), linger_ms=5)
         await producer.start()
-        consumer = await decisions_consumer(broker.bootstrap, topics.decisions)
+        consumer = await decisions_consumer(broker.connection, topics.decisions)
         for lid in LEARNERS:
             await producer.send(topics.learners, json.dumps(
                 {"learner_id": lid, "family": "conformal", "algorithm": "sps",

@@ -10,12 +10,13 @@ import sys
 from collections import defaultdict
 
 import pytest
+from conftest import run_prefix
 
 from banditflow.streams.simulate import SimulationSettings, run_simulations
 
 pytestmark = pytest.mark.integration
 
-SOURCE, TARGET = "faithsrc", "faithdst"
+SOURCE, TARGET = run_prefix("faithsrc"), run_prefix("faithdst")
 FAMILIES = ("conformal", "graph_cb", "deferral")
 EVENTS = 250
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from conftest import decisions_consumer
+from conftest import decisions_consumer, run_prefix
 
 from banditflow.streams.scrape import samples
 from banditflow.streams.topics import partition_for
@@ -64,7 +64,7 @@ def config(lid: str) -> dict[str, Any]:
 def test_frozen_workers_expire_nothing_in_time_and_publish_no_zombie_dead_letters(
     broker, start_worker, read_topic, wait_until, state_of, workers: int
 ) -> None:
-    prefix = f"frozen{workers}"
+    prefix = run_prefix(f"frozen{workers}")
     running = [start_worker(prefix, partitions=PARTITIONS, wait=False) for _ in range(workers)]
     for worker in running:
         worker.wait_ready()
@@ -78,9 +78,9 @@ def test_frozen_workers_expire_nothing_in_time_and_publish_no_zombie_dead_letter
     freezes: list[tuple[float, float]] = []
 
     async def application() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
+        producer = AIOKafkaProducer(**broker.connection.aiokafka_kwargs(), linger_ms=5)
         await producer.start()
-        consumer = await decisions_consumer(broker.bootstrap, topics.decisions)
+        consumer = await decisions_consumer(broker.connection, topics.decisions)
         for lid in LEARNERS:
             await producer.send_and_wait(topics.learners, json.dumps(config(lid)).encode(),
                                          lid.encode())

@@ -25,7 +25,7 @@ from openapi_spec_validator import validate
 from banditflow.streams.broker import free_port
 from banditflow.streams.scrape import fetch
 from tests.fault import corpus as hostile
-from tests.integration.conftest import gateway_command
+from tests.integration.conftest import gateway_command, run_prefix
 from tests.integration.test_client import CONTEXTS, GRAPH, family_configs
 
 pytestmark = pytest.mark.integration
@@ -52,7 +52,7 @@ def curl(*args: str) -> tuple[int, Any]:
 def test_a_conversation_per_family_and_the_error_paths(
     broker, start_worker, start_gateway, keys_file: Path, tmp_path: Path
 ) -> None:
-    worker = start_worker("gw", partitions=4)
+    worker = start_worker(run_prefix("gw"), partitions=4)
     gateway = start_gateway(worker.prefix, "--api-keys", str(keys_file))
     url = gateway.url
     admin = ("-H", f"Authorization: Bearer {ADMIN}")
@@ -192,7 +192,7 @@ def test_a_conversation_per_family_and_the_error_paths(
 def test_tls_and_loopback_only_without_keys(
     broker, start_worker, start_gateway, keys_file: Path, tmp_path: Path
 ) -> None:
-    worker = start_worker("gwtls", partitions=1)
+    worker = start_worker(run_prefix("gwtls"), partitions=1)
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
                     "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
@@ -231,7 +231,8 @@ def test_hostile_corpus_gets_reasons_never_a_500(
     be: every answer is 2xx or a 4xx with a reason, none a 500, and every feedback accepted
     (202) is on the feedback topic."""
     partitions = 2
-    worker = start_worker("gwhostile", partitions=partitions, extra_args=hostile.WORKER_ARGS)
+    worker = start_worker(run_prefix("gwhostile"), partitions=partitions,
+                          extra_args=hostile.WORKER_ARGS)
     gateway = start_gateway(worker.prefix, "--api-keys", str(keys_file), "--timeout", "20",
                             "--max-event-bytes", str(hostile.MAX_EVENT_BYTES),
                             "--max-labels", str(hostile.MAX_LABELS),
@@ -293,8 +294,8 @@ def test_hostile_corpus_gets_reasons_never_a_500(
     # Nothing the gateway accepted is lost: every accepted feedback is on the topic.
     from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False,
-                             consumer_timeout_ms=2000)
+    consumer = KafkaConsumer(**broker.connection.kafka_python_kwargs(),
+                             enable_auto_commit=False, consumer_timeout_ms=2000)
     tps = [TopicPartition(worker.topics.feedback, p) for p in range(partitions)]
     consumer.assign(tps)
     consumer.seek_to_beginning(*tps)
@@ -309,7 +310,7 @@ def test_hostile_corpus_gets_reasons_never_a_500(
 def test_gateways_side_by_side(broker, start_worker, start_gateway, keys_file: Path) -> None:
     """Two gateways on one prefix: a learner created through one is served by both, and
     concurrent decisions through each get their own (each gateway holds only its consumer)."""
-    worker = start_worker("gwpair", partitions=2)
+    worker = start_worker(run_prefix("gwpair"), partitions=2)
     first = start_gateway(worker.prefix, "--api-keys", str(keys_file))
     second = start_gateway(worker.prefix, "--api-keys", str(keys_file))
     config = family_configs()["conformal"]
@@ -342,12 +343,13 @@ def test_ready_says_when_the_broker_is_lost(tmp_path: Path) -> None:
     from banditflow.streams.demo import stop
     from banditflow.streams.topics import Topics, ensure_topics
 
+    prefix = run_prefix("gwlost")
     with EmbeddedBroker(port=free_port(), log_path=tmp_path / "broker.log") as lost:
-        ensure_topics(lost.connection, Topics("gwlost"), 1)
+        ensure_topics(lost.connection, Topics(prefix), 1)
         port = free_port()
         with open(tmp_path / "gateway.log", "ab") as log:
             process = subprocess.Popen(
-                gateway_command(lost.bootstrap, "gwlost", "--port", str(port),
+                gateway_command(lost.bootstrap, prefix, "--port", str(port),
                                 "--metrics-port", str(free_port())),
                 stdout=log, stderr=subprocess.STDOUT)
         try:

@@ -8,7 +8,7 @@ import ast
 import json
 
 import pytest
-from conftest import Worker
+from conftest import Worker, run_prefix
 from kafka import KafkaProducer
 
 from banditflow.streams.scrape import samples, value
@@ -16,7 +16,7 @@ from banditflow.streams.topics import partition_for
 
 pytestmark = pytest.mark.integration
 
-PREFIX = "handover"
+PREFIX = run_prefix("handover")
 PARTITIONS = 4
 LEARNERS = [f"ho-{i}" for i in range(8)]
 

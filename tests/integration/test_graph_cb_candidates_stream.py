@@ -11,13 +11,14 @@ import json
 from typing import Any
 
 import pytest
+from conftest import run_prefix
 from kafka import KafkaProducer
 
 from banditflow.offline.candidate_task import CandidateTask
 
 pytestmark = pytest.mark.integration
 
-PREFIX = "gcbcand"
+PREFIX = run_prefix("gcbcand")
 LID = "shelf"
 EVENTS = 40
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import run_prefix
 from kafka import KafkaProducer
 
 from banditflow.offline.evaluation.graph_cb import reveal
@@ -19,7 +20,7 @@ from banditflow.streams.scrape import samples, value
 
 pytestmark = pytest.mark.integration
 
-PREFIX = "gcbstream"
+PREFIX = run_prefix("gcbstream")
 LID = "router"
 ACTIONS = 4
 DIM = 3

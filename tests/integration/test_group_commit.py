@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from conftest import send_json
+from conftest import run_prefix, send_json
 from kafka import KafkaProducer
 
 INTERVAL_S = 30.0  # far longer than any wait below: only a commit started at once fits
@@ -13,7 +13,7 @@ INTERVAL_S = 30.0  # far longer than any wait below: only a commit started at on
 def test_decisions_are_committed_at_once_not_at_the_interval(
     start_worker, producer: KafkaProducer, read_topic
 ) -> None:
-    worker = start_worker("gcommit", partitions=1,
+    worker = start_worker(run_prefix("gcommit"), partitions=1,
                           extra_args=["--commit-interval-ms", str(INTERVAL_S * 1000)])
     topics, lid = worker.topics, "g"
     send_json(producer, topics.learners, lid, {

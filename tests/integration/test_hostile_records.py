@@ -15,6 +15,7 @@ import json
 
 import pytest
 from aiokafka import AIOKafkaProducer
+from conftest import run_prefix
 
 from banditflow.streams.scrape import samples, value
 
@@ -49,11 +50,11 @@ CONTRADICTING: list[dict[str, object]] = [
 def test_hostile_records_each_get_one_dead_letter(
     broker, start_worker, read_topic, wait_until
 ) -> None:
-    worker = start_worker("hostile", partitions=2)
+    worker = start_worker(run_prefix("hostile"), partitions=2)
     topics = worker.topics
 
     async def produce() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap,
+        producer = AIOKafkaProducer(**broker.connection.aiokafka_kwargs(),
                                     max_request_size=4 << 20)
         await producer.start()
         await producer.send_and_wait(topics.learners, json.dumps(
@@ -69,7 +70,7 @@ def test_hostile_records_each_get_one_dead_letter(
         await producer.stop()
 
     async def answer() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
+        producer = AIOKafkaProducer(**broker.connection.aiokafka_kwargs())
         await producer.start()
         for body in [*CONTRADICTING, {"label": "a"}]:  # the true answer comes last
             await producer.send_and_wait(topics.feedback, json.dumps(

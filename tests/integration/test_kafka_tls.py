@@ -22,7 +22,7 @@ from pathlib import Path
 
 import bcrypt
 import pytest
-from conftest import poll_until
+from conftest import poll_until, run_prefix
 from tls_setup import Pki, TlsTerminator, make_pki, write_properties
 
 from banditflow.streams.broker import EmbeddedBroker, broker_binary, free_port, port_open
@@ -33,6 +33,7 @@ from banditflow.streams.scrape import value
 pytestmark = [pytest.mark.integration, pytest.mark.embedded_broker]
 
 CLI = [sys.executable, "-m", "banditflow.streams.cli"]
+PREFIX = run_prefix("mtls")
 WEB_PASSWORD = "scrape-password-never-logged"
 
 
@@ -98,8 +99,8 @@ def test_worker_and_application_learn_over_mutual_tls(tls_broker: TlsBroker) -> 
     log_path = t.directory / "worker.log"
     with open(log_path, "ab") as log:
         worker = subprocess.Popen(
-            [*CLI, "worker", "--kafka-config", str(t.mtls_config), "--prefix", "mtls",
-             "--app-id", "mtls", "--partitions", "2", "--web-port", str(web_port),
+            [*CLI, "worker", "--kafka-config", str(t.mtls_config), "--prefix", PREFIX,
+             "--app-id", PREFIX, "--partitions", "2", "--web-port", str(web_port),
              "--web-config", str(web_config(t.directory, t.pki)), "--loglevel", "info"],
             stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -114,7 +115,7 @@ def test_worker_and_application_learn_over_mutual_tls(tls_broker: TlsBroker) -> 
             urllib.request.urlopen(f"http://127.0.0.1:{web_port}/healthz", timeout=5).read()
 
         simulated = subprocess.run(
-            [*CLI, "simulate", "--kafka-config", str(t.mtls_config), "--prefix", "mtls",
+            [*CLI, "simulate", "--kafka-config", str(t.mtls_config), "--prefix", PREFIX,
              "--family", "conformal", "--events", "300", "--rate", "0", "--delay-mean", "0.05",
              "--workdir", str(t.directory / "sim"), "--timeout", "120"],
             capture_output=True, text=True, timeout=180)
@@ -128,13 +129,13 @@ def test_worker_and_application_learn_over_mutual_tls(tls_broker: TlsBroker) -> 
         # archive and kcat read the same topics with the same client configuration.
         archive = t.directory / "mtls.archive.jsonl"
         archived = subprocess.run(
-            [*CLI, "archive", "--kafka-config", str(t.mtls_config), "--prefix", "mtls",
+            [*CLI, "archive", "--kafka-config", str(t.mtls_config), "--prefix", PREFIX,
              "--from-beginning", "--until-idle", "2", "--out", str(archive)],
             capture_output=True, text=True, timeout=120)
         assert archived.returncode == 0, archived.stderr
         assert archive.read_text().count('{"topic":"decisions"') >= 300
         kcat = subprocess.run(
-            [*CLI, "kcat", "--kafka-config", str(t.mtls_config), "-C", "-t", "mtls.decisions",
+            [*CLI, "kcat", "--kafka-config", str(t.mtls_config), "-C", "-t", f"{PREFIX}.decisions",
              "-o", "beginning", "-c", "3", "-e", "-q"],
             capture_output=True, text=True, timeout=60)
         assert kcat.returncode == 0, kcat.stderr
@@ -197,7 +198,7 @@ def check_failures(tls_broker: TlsBroker, cases: dict[str, tuple[dict[str, str],
         config = write_properties(tls_broker.directory / "bad.properties", values)
         started = time.monotonic()
         done = subprocess.run(
-            [*CLI, "archive", "--kafka-config", str(config), "--prefix", "none",
+            [*CLI, "archive", "--kafka-config", str(config), "--prefix", run_prefix("none"),
              "--until-idle", "1", "--out", str(tls_broker.directory / "never.jsonl")],
             capture_output=True, text=True, timeout=60)
         elapsed = time.monotonic() - started
@@ -230,8 +231,8 @@ def test_sasl_credentials_reach_the_embedded_brokers_scram_handshake(tmp_path: P
                    "BANDITFLOW_KAFKA_SASL_PASSWORD": "alice-password-never-shown"}
             started = time.monotonic()
             done = subprocess.run(
-                [*CLI, "archive", "--bootstrap", f"127.0.0.1:{port}", "--prefix", "none",
-                 "--until-idle", "1", "--out", str(tmp_path / "never.jsonl")],
+                [*CLI, "archive", "--bootstrap", f"127.0.0.1:{port}", "--prefix",
+                 run_prefix("none"), "--until-idle", "1", "--out", str(tmp_path / "never.jsonl")],
                 capture_output=True, text=True, timeout=60, env=env)
             lines = done.stderr.strip().splitlines()
             assert done.returncode != 0 and time.monotonic() - started < 30, mechanism

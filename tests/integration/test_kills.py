@@ -49,10 +49,11 @@ import numpy as np
 import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
-from conftest import decisions_consumer, is_ready
+from conftest import decisions_consumer, is_ready, run_prefix
 
 from banditflow.offline.environments import GaussianScores
 from banditflow.processors.records import DecisionRecord, Settled
+from banditflow.streams.connection import KafkaConnection
 from banditflow.streams.scrape import fetch
 from banditflow.streams.statelog_kafka import read_commits
 from banditflow.streams.topics import state_topic
@@ -60,7 +61,7 @@ from banditflow.streams.topics import state_topic
 KILLS = int(os.environ.get("FAULT_KILLS", "10"))
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 
-PREFIX = "faultkill"
+PREFIX = run_prefix("faultkill")
 PARTITIONS = 4
 SEED = int(os.environ.get("FAULT_SEED", "20261123"))
 RATE = 150.0  # contexts per second
@@ -101,7 +102,7 @@ class Application:
     malformed: int = 0
 
 
-async def group_report(bootstrap: str, alive: list[Any]) -> str:
+async def group_report(kafka: KafkaConnection, alive: list[Any]) -> str:
     """The group as the broker describes it, and what each live worker's /ready says."""
     ready = []
     for worker in alive:
@@ -112,7 +113,7 @@ async def group_report(bootstrap: str, alive: list[Any]) -> str:
             ready.append(exc.read().decode())
         except (urllib.error.URLError, OSError) as exc:
             ready.append(str(exc))
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(**kafka.aiokafka_kwargs())
     await admin.start()
     try:
         groups = [(g[2], [(m[0], m[1]) for m in g[5]])
@@ -136,9 +137,9 @@ def test_kill_minus_nine_with_two_or_three_workers(
               "SIGSTOP": 0}
 
     async def drive() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
+        producer = AIOKafkaProducer(**broker.connection.aiokafka_kwargs(), linger_ms=5)
         await producer.start()
-        consumer = await decisions_consumer(broker.bootstrap, topics.decisions)
+        consumer = await decisions_consumer(broker.connection, topics.decisions)
 
         async def send(topic: str, lid: str, body: dict[str, Any]) -> None:
             await producer.send(topic, json.dumps(body).encode(), lid.encode())
@@ -228,7 +229,7 @@ def test_kill_minus_nine_with_two_or_three_workers(
                     deadline = time.monotonic() + 60
                     while not all([await is_ready(w.web_port) for w in alive]):
                         if time.monotonic() > deadline:
-                            report = await group_report(broker.bootstrap, alive)
+                            report = await group_report(broker.connection, alive)
                             raise AssertionError(f"the group never settled: {report}")
                         await asyncio.sleep(0.1)
                     await asyncio.sleep(float(rng.uniform(0.0, 2.0)))
@@ -290,7 +291,7 @@ def test_kill_minus_nine_with_two_or_three_workers(
         wait_until(settled, timeout_s=120)
         time.sleep(1.0)
         final = state_of(PREFIX)
-        commits = asyncio.run(read_commits(broker.bootstrap, state_topic(PREFIX)))
+        commits = asyncio.run(read_commits(broker.connection, state_topic(PREFIX)))
     finally:
         for worker in alive:
             worker.stop()

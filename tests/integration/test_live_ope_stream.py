@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import run_prefix
 from kafka import KafkaProducer
 
 from banditflow.processors.estimators import MIN_PROPENSITY, Sums
@@ -19,7 +20,7 @@ from banditflow.streams.scrape import value
 
 pytestmark = pytest.mark.integration
 
-PREFIX = "liveope"
+PREFIX = run_prefix("liveope")
 LID = "ranker"
 ACTIONS = 3
 EVENTS = 120

@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
+from conftest import run_prefix
 from kafka import KafkaProducer
 
 from banditflow.offline.environments import GaussianScores
-from banditflow.streams.kcat import kcat_command
 from banditflow.streams.scrape import value
 from banditflow.streams.topics import partition_for
 
@@ -22,10 +23,12 @@ LID = "shop"
 
 
 def kcat_produce(bootstrap: str, topic: str, lines: list[tuple[str, str]]) -> None:
-    """Produce ``key<TAB>value`` lines with Debian's kcat (via ``banditflow kcat``)."""
-    command, env = kcat_command(["-P", "-b", bootstrap, "-t", topic, "-K", "\t"])
+    """Produce ``key<TAB>value`` lines with Debian's kcat, through ``banditflow kcat``: on
+    an external broker it hands kcat the client configuration of the suite's environment
+    (BANDITFLOW_KAFKA_CONFIG, BANDITFLOW_KAFKA_*), as to every banditflow process."""
     payload = "".join(f"{key}\t{value}\n" for key, value in lines)
-    subprocess.run(command, input=payload.encode(), env=env, check=True, timeout=60)
+    subprocess.run([sys.executable, "-m", "banditflow.streams.cli", "kcat", "-P", "-b", bootstrap,
+                    "-t", topic, "-K", "\t"], input=payload.encode(), check=True, timeout=60)
 
 
 @pytest.mark.skipif(
@@ -34,7 +37,8 @@ def kcat_produce(bootstrap: str, topic: str, lines: list[tuple[str, str]]) -> No
 def test_contexts_decisions_feedback_metrics_and_dead_letters(
     broker, start_worker, producer: KafkaProducer, read_topic, wait_until
 ) -> None:
-    worker = start_worker("pipe", partitions=3, extra_args=["--max-event-bytes", "3000"])
+    worker = start_worker(run_prefix("pipe"), partitions=3,
+                          extra_args=["--max-event-bytes", "3000"])
     topics = worker.topics
     producer.send(
         topics.learners,

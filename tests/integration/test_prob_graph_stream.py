@@ -9,6 +9,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from conftest import run_prefix
 from kafka import KafkaProducer
 
 from banditflow.learners.prob_graph.scenarios import Environment, parse_scenario
@@ -33,7 +34,7 @@ SCENARIO = parse_scenario(
 def test_partial_feedback_complete_marker_timeout_dedupe_and_arm_pulls(
     broker, start_worker, producer: KafkaProducer, read_topic, wait_until
 ) -> None:
-    worker = start_worker("pgraph", partitions=2)
+    worker = start_worker(run_prefix("pgraph"), partitions=2)
     topics = worker.topics
 
     def send(topic: str, body: dict) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import run_prefix
 from kafka import KafkaProducer
 
 from banditflow.learners.registry import family as declared_family
@@ -243,7 +244,7 @@ def test_dashboards_and_alerts_against_real_prometheus(
 ) -> None:
     binary("prometheus")
     started = time.monotonic()
-    prefix = "promtest"
+    prefix = run_prefix("promtest")
     worker = start_worker(prefix, partitions=2)
     gateway = start_gateway(prefix)
     prometheus = start_prometheus(f"127.0.0.1:{worker.web_port}",

@@ -36,7 +36,9 @@ from banditflow.streams.broker import EmbeddedBroker, free_port
 from banditflow.streams.demo import wait_until_ready
 from banditflow.streams.topics import Topics, ensure_topics
 
-pytestmark = pytest.mark.integration
+# It starts a broker of its own, which the README's commands reach as PLAINTEXT (they would
+# inherit the suite's external broker configuration otherwise).
+pytestmark = [pytest.mark.integration, pytest.mark.embedded_broker]
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run_prefix
 
 from banditflow.offline.archive import write_archive
 
@@ -56,7 +57,7 @@ def archive(path: Path) -> Path:
 def test_replay_reports_dead_letters_per_reason_and_the_version_left_out(
     broker, start_worker, tmp_path: Path
 ) -> None:
-    worker = start_worker("report", partitions=2)
+    worker = start_worker(run_prefix("report"), partitions=2)
     replayed = subprocess.run(
         [sys.executable, "-m", "banditflow.streams.cli", "replay", str(archive(tmp_path / "a")),
          "--bootstrap", broker.bootstrap, "--prefix", worker.prefix, "--partitions", "2",
@@ -77,7 +78,7 @@ def test_a_reconfigured_learner_replays_faithfully_by_version(
     --faithful` refuse; its latest version replays faithfully on its own."""
     from banditflow.streams.simulate import SimulationSettings, run_simulations
 
-    source, target, lid, events = "faithver", "faithverdst", "twice", 120
+    source, target, lid, events = run_prefix("faithver"), run_prefix("faithverdst"), "twice", 120
     start_worker(source, partitions=2)
     for algorithm, count in (("epsilon_greedy", 30), ("squarecb_g", events)):
         (report,) = run_simulations([SimulationSettings(

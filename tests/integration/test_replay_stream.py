@@ -16,13 +16,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import run_prefix
 from kafka import KafkaProducer
 
 from banditflow.streams.scrape import value
 
 pytestmark = pytest.mark.integration
 
-SOURCE, TARGET = "replaysrc", "replaydst"
+SOURCE, TARGET = run_prefix("replaysrc"), run_prefix("replaydst")
 LID = "router"
 EVENTS = 30
 

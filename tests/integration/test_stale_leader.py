@@ -20,6 +20,9 @@ from aiokafka.client import AIOKafkaClient
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest
+from conftest import run_prefix
+
+from banditflow.streams.connection import KafkaConnection
 
 pytestmark = [pytest.mark.integration, pytest.mark.embedded_broker]
 
@@ -30,8 +33,9 @@ MEMBER_ID_REQUIRED = 79
 class Member:
     """A consumer-group member speaking the protocol by hand."""
 
-    def __init__(self, bootstrap: str, group: str, name: str, topic: str = "t") -> None:
-        self.client = AIOKafkaClient(bootstrap_servers=bootstrap, client_id=name)
+    def __init__(self, kafka: KafkaConnection, group: str, name: str, topic: str = "t"
+                 ) -> None:
+        self.client = AIOKafkaClient(**kafka.aiokafka_kwargs(), client_id=name)
         self.group = group
         self.member_id = ""
         self.metadata = RangePartitionAssignor.metadata({topic}).encode()
@@ -61,8 +65,8 @@ class Member:
         await self.client.close()
 
 
-async def described(bootstrap: str, group: str) -> tuple[str, list[str]]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+async def described(kafka: KafkaConnection, group: str) -> tuple[str, list[str]]:
+    admin = AIOKafkaAdminClient(**kafka.aiokafka_kwargs())
     await admin.start()
     try:
         found = (await admin.describe_consumer_groups([group]))[0].groups[0]
@@ -78,15 +82,15 @@ def assign(member_ids: list[str]) -> list[tuple[str, bytes]]:
 
 def test_tansu_keeps_the_leader_of_a_forming_group_that_left(broker) -> None:
     async def scenario() -> None:
-        group = "stale-leader-quirk"
-        leader = await Member(broker.bootstrap, group, "a").start()
-        follower = await Member(broker.bootstrap, group, "b").start()
+        group = run_prefix("stale-leader-quirk")
+        leader = await Member(broker.connection, group, "a").start()
+        follower = await Member(broker.connection, group, "b").start()
         try:
             first = await leader.join()
             assert first.leader_id == leader.member_id
             assert (await follower.join()).leader_id == leader.member_id
             await leader.leave(leader.member_id)  # the leader leaves before it syncs
-            assert (await described(broker.bootstrap, group))[1] == [follower.member_id]
+            assert (await described(broker.connection, group))[1] == [follower.member_id]
             began = time.monotonic()
             while time.monotonic() - began < 8.0:  # four session timeouts
                 joined = await follower.join()
@@ -96,7 +100,7 @@ def test_tansu_keeps_the_leader_of_a_forming_group_that_left(broker) -> None:
                 assert synced.error_code == REBALANCE_IN_PROGRESS
             # The way out: a JoinGroup under the departed leader's id is answered as to the
             # leader, with the members, and its SyncGroup forms the group.
-            heir = await Member(broker.bootstrap, group, "c").start()
+            heir = await Member(broker.connection, group, "c").start()
             heir.member_id = leader.member_id
             try:
                 joined = await heir.join()
@@ -104,7 +108,7 @@ def test_tansu_keeps_the_leader_of_a_forming_group_that_left(broker) -> None:
                 members = sorted(m[0] for m in joined.members)
                 assert members == sorted([leader.member_id, follower.member_id])
                 assert (await heir.sync(joined.generation_id, assign(members))).error_code == 0
-                assert (await described(broker.bootstrap, group))[0] == "Stable"
+                assert (await described(broker.connection, group))[0] == "Stable"
                 joined = await follower.join()
                 synced = await follower.sync(joined.generation_id)
                 assert synced.error_code == 0 and synced.member_assignment
@@ -120,16 +124,16 @@ def test_tansu_keeps_the_leader_of_a_forming_group_that_left(broker) -> None:
 def test_worker_gets_out_of_a_group_whose_leader_left_while_forming(
     broker, start_worker, wait_until
 ) -> None:
-    prefix = "staleleader"
+    prefix = run_prefix("staleleader")
 
     async def scenario():
         # A hand-made member joins first, so leads, and never syncs: the group stays forming.
-        squatter = Member(broker.bootstrap, prefix, "squatter", topic=f"{prefix}.contexts")
+        squatter = Member(broker.connection, prefix, "squatter", topic=f"{prefix}.contexts")
         await squatter.start()
         await squatter.join()
         worker = start_worker(prefix, partitions=2, wait=False)
         deadline = time.monotonic() + 60
-        while len((await described(broker.bootstrap, prefix))[1]) < 2:
+        while len((await described(broker.connection, prefix))[1]) < 2:
             assert time.monotonic() < deadline, worker.log()[-3000:]
             await squatter.join()  # (keeps it from timing out: it must leave, not expire)
             await asyncio.sleep(0.5)

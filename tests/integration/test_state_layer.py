@@ -14,7 +14,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.protocol.fetch import FetchRequest_v4
-from conftest import decisions_consumer
+from conftest import decisions_consumer, run_prefix
 
 import banditflow.streams.statelog as statelog
 import banditflow.streams.statelog_snapshot as snapshots
@@ -39,16 +39,18 @@ def test_tansu_end_offset_counts_batches_but_fetch_high_watermark_is_right(broke
     The state log's reader does not rely on it (tests below); when this test fails, Tansu is
     fixed and the note in streams/statelog.py can go."""
 
+    topics = Topics(run_prefix("quirk"))
+
     async def run() -> tuple[int, int, list[int]]:
-        ensure_topics(broker.bootstrap, Topics("quirk"), 1)
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=50)
+        ensure_topics(broker.connection, topics, 1)
+        producer = AIOKafkaProducer(**broker.connection.aiokafka_kwargs(), linger_ms=50)
         await producer.start()
-        futures = [await producer.send("quirk.contexts", b"x", partition=0) for _ in range(5)]
+        futures = [await producer.send(topics.contexts, b"x", partition=0) for _ in range(5)]
         offsets = [(await future).offset for future in futures]  # one batch of five
         await producer.stop()
-        consumer = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap)
+        consumer = AIOKafkaConsumer(**broker.connection.aiokafka_kwargs())
         await consumer.start()
-        tp = TopicPartition("quirk.contexts", 0)
+        tp = TopicPartition(topics.contexts, 0)
         consumer.assign([tp])
         end = (await consumer.end_offsets([tp]))[tp]
         consumer.seek(tp, 0)
@@ -89,11 +91,12 @@ def test_recovery_reads_multi_record_batches_and_snapshots(broker, monkeypatch) 
     monkeypatch.setattr(statelog, "PART_BYTES", 120)
     monkeypatch.setattr(snapshots, "SNAPSHOT_MIN_BYTES", 3000)
     monkeypatch.setattr(snapshots, "SNAPSHOT_SLICE_KEYS", 40)
-    topic = state_topic("multi")
-    ensure_topics(broker.bootstrap, Topics("multi"), 2, "multi")
+    prefix = run_prefix("multi")
+    topic = state_topic(prefix)
+    ensure_topics(broker.connection, Topics(prefix), 2, prefix)
 
     async def run() -> tuple[PartitionLog, dict[int, LogReader], Processor]:
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=20)
+        producer = AIOKafkaProducer(**broker.connection.aiokafka_kwargs(), linger_ms=20)
         await producer.start()
         writer = PartitionLog(1, LogReader())
         processor = Processor(PartitionStore(retention_s=30.0))
@@ -110,7 +113,7 @@ def test_recovery_reads_multi_record_batches_and_snapshots(broker, monkeypatch) 
         await producer.stop()
         assert max(batches) > 3  # multi-record batches
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=broker.bootstrap, enable_auto_commit=False,
+            **broker.connection.aiokafka_kwargs(), enable_auto_commit=False,
             auto_offset_reset="none",
         )
         await consumer.start()
@@ -136,11 +139,12 @@ def test_recovery_fetches_wait_as_briefly_as_the_worker_fetches(broker) -> None:
     wait: the reader's fetches wait ``fetch_wait_ms`` (aiokafka's 500 ms default cost every
     restart and failover about 0.6 s), whatever the consumer was built with. Checked on the
     wire: the FetchRequests the reader sends."""
-    topic = state_topic("briefwait")
-    ensure_topics(broker.bootstrap, Topics("briefwait"), 2, "briefwait")
+    prefix = run_prefix("briefwait")
+    topic = state_topic(prefix)
+    ensure_topics(broker.connection, Topics(prefix), 2, prefix)
 
     async def run() -> tuple[dict[int, LogReader], list[int]]:
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
+        producer = AIOKafkaProducer(**broker.connection.aiokafka_kwargs())
         await producer.start()
         writer = PartitionLog(0, LogReader())
         processor = Processor(PartitionStore(retention_s=30.0))
@@ -153,7 +157,7 @@ def test_recovery_fetches_wait_as_briefly_as_the_worker_fetches(broker) -> None:
             assert writer.acked([(await future).offset for future in futures])
         await producer.stop()
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=broker.bootstrap, enable_auto_commit=False,
+            **broker.connection.aiokafka_kwargs(), enable_auto_commit=False,
             auto_offset_reset="none", fetch_max_wait_ms=500,
         )
         await consumer.start()
@@ -183,13 +187,13 @@ def test_timeouts_follow_stream_time_not_the_wall_clock_of_a_restart(
     (the backlog takes many commits to read, so a wall-clock timer would fire in between)."""
     # The timeout outlasts deciding 20,000 contexts on a loaded machine: a decision expires
     # rightly if no answer came (the feedback stream caught up) within it, before the kill.
-    prefix, lid, timeout, events = "streamtime", "st", 20.0, 20_000
+    prefix, lid, timeout, events = run_prefix("streamtime"), "st", 20.0, 20_000
     worker = start_worker(prefix, partitions=2, extra_args=["--max-batch", "500"])
     topics = worker.topics
 
     async def produce(topic: str, bodies: list[dict[str, Any]], stamp_ms: int | None = None
                       ) -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=20,
+        producer = AIOKafkaProducer(**broker.connection.aiokafka_kwargs(), linger_ms=20,
                                     max_batch_size=1 << 20)
         await producer.start()
         for body in bodies:
@@ -244,16 +248,16 @@ def test_a_stale_high_watermark_never_times_out_feedback_in_flight(
     2 s old: with the clock at `now - idle lag`, a decision whose feedback was already on
     the broker, sent before the deadline, was timed out when its context had waited long
     on the broker (a fetch wait later, the feedback stream seemed past its deadline)."""
-    prefix, lid, timeout, events = "stalehw", "sh", 2.5, 32
+    prefix, lid, timeout, events = run_prefix("stalehw"), "sh", 2.5, 32
     worker = start_worker(prefix, partitions=1, extra_args=["--fetch-wait-ms", "4000"])
     topics = worker.topics
     deadletter = read_topic(topics.deadletter)
     sent: dict[str, tuple[float, float]] = {}  # event id -> (context ts, feedback sent)
 
     async def application() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
+        producer = AIOKafkaProducer(**broker.connection.aiokafka_kwargs())
         await producer.start()
-        consumer = await decisions_consumer(broker.bootstrap, topics.decisions)
+        consumer = await decisions_consumer(broker.connection, topics.decisions)
         await producer.send(topics.learners, json.dumps(
             {"learner_id": lid, "family": "conformal", "algorithm": "sps",
              "params": {"target_coverage": 0.9, "horizon": 1000},
@@ -307,11 +311,11 @@ def test_a_restarted_worker_removes_its_dead_predecessor_from_the_group(
     # A session long enough that the killed member is still in the group, the group stable,
     # when its successor looks (with the embedded broker's 2 s, a slow start on a loaded
     # machine found the member already expired and the group rebalancing).
-    args = ["--session-timeout", "15"]
-    worker = start_worker("evict", partitions=2, extra_args=args)
-    other = start_worker("evict", partitions=2, extra_args=args)  # another identity
+    prefix, args = run_prefix("evict"), ["--session-timeout", "15"]
+    worker = start_worker(prefix, partitions=2, extra_args=args)
+    other = start_worker(prefix, partitions=2, extra_args=args)  # another identity
     worker.stop(kill=True)
-    restarted = start_worker("evict", partitions=2, extra_args=args, web_port=worker.web_port)
+    restarted = start_worker(prefix, partitions=2, extra_args=args, web_port=worker.web_port)
     removed = [line for line in restarted.log().splitlines() if "former incarnation" in line]
     assert len(removed) == 1 and f"-{worker.web_port}-" in removed[0]
     assert "former incarnation" not in other.log()
@@ -321,13 +325,13 @@ def test_a_restart_reads_the_state_not_the_history(broker, start_worker, wait_un
     """A long history with a small state (settled decisions kept 2 s, then purged): the
     restarted worker reads a small part of its state log (from the latest snapshot), not all
     of it."""
-    prefix, lid, events = "history", "hi", 50_000
+    prefix, lid, events = run_prefix("history"), "hi", 50_000
     args = ["--retention", "2"]
     worker = start_worker(prefix, partitions=2, extra_args=args)
     topics = worker.topics
 
     async def drive() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=20,
+        producer = AIOKafkaProducer(**broker.connection.aiokafka_kwargs(), linger_ms=20,
                                     max_batch_size=1 << 20)
         await producer.start()
         await producer.send(topics.learners, json.dumps(
@@ -340,7 +344,7 @@ def test_a_restart_reads_the_state_not_the_history(broker, start_worker, wait_un
             body = {"learner_id": lid, "event_id": f"e{i}", "labels": labels,
                     "scores": scores[i]}
             await producer.send(topics.contexts, json.dumps(body).encode(), lid.encode())
-        consumer = AIOKafkaConsumer(topics.decisions, bootstrap_servers=broker.bootstrap,
+        consumer = AIOKafkaConsumer(topics.decisions, **broker.connection.aiokafka_kwargs(),
                                     auto_offset_reset="earliest")
         await consumer.start()
         answered: set[str] = set()
@@ -387,8 +391,9 @@ def test_ready_says_when_the_broker_is_gone(tmp_path) -> None:
     """/ready answers 503 once the broker stops answering (the worker stays up)."""
     own = EmbeddedBroker(port=free_port(), log_path=tmp_path / "broker.log").start()
     port = free_port()
-    ensure_topics(own.bootstrap, Topics("gone"), 2, "gone")
-    worker = start_worker_process(own.bootstrap, port, 2, "gone", tmp_path / "worker.log")
+    prefix = run_prefix("gone")
+    ensure_topics(own.connection, Topics(prefix), 2, prefix)
+    worker = start_worker_process(own.bootstrap, port, 2, prefix, tmp_path / "worker.log")
     try:
         wait_until_ready(worker, port, 60)
         own.stop()

@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import run_prefix
 from kafka import KafkaProducer
 
 from banditflow.offline.archive import write_archive
@@ -18,7 +19,7 @@ from banditflow.offline.formats import EventNumbers, imported_round
 
 pytestmark = pytest.mark.integration
 
-PREFIX = "warmst"
+PREFIX = run_prefix("warmst")
 PARAMS = {"actions": 3, "feature_dim": 2, "graph_kind": "bandit", "update": "rls",
           "gamma_schedule": "constant", "gamma": 50.0}
 LOGGED = 300

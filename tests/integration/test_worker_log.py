@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from conftest import run_prefix
 
 from banditflow import __version__
 
@@ -19,14 +20,18 @@ def lines(text: str) -> list[str]:
 
 
 def test_ready_and_rebalance_lines_at_the_default_level(broker, start_worker, wait_until) -> None:
-    first = start_worker("quiet", partitions=4, extra_args=["--loglevel", "warning"])
+    prefix = run_prefix("quiet")
+    first = start_worker(prefix, partitions=4, extra_args=["--loglevel", "warning"])
     wait_until(lambda: "ready" in first.log(), timeout_s=30)
+    # (the connection as the worker describes it: "127.0.0.1:9092 (PLAINTEXT)" on the
+    # embedded broker; on an external one its security protocol and identity, as configured)
     ready = (rf"banditflow {re.escape(__version__)} worker ready: bootstrap "
-             rf"{re.escape(broker.bootstrap)} \(PLAINTEXT\), group quiet, topics quiet\.\*, "
-             rf"partitions \[0, 1, 2, 3\], metrics http://127\.0\.0\.1:{first.web_port}/metrics$")
+             rf"{re.escape(broker.connection.describe())}, group {re.escape(prefix)}, "
+             rf"topics {re.escape(prefix)}\.\*, partitions \[0, 1, 2, 3\], "
+             rf"metrics http://127\.0\.0\.1:{first.web_port}/metrics$")
     assert [line for line in lines(first.log()) if re.search(ready, line)], first.log()
 
-    second = start_worker("quiet", partitions=4, extra_args=["--loglevel", "warning"])
+    second = start_worker(prefix, partitions=4, extra_args=["--loglevel", "warning"])
     wait_until(lambda: "rebalance: partitions" in first.log(), timeout_s=60)
     rebalance = [line for line in lines(first.log()) if "rebalance: partitions" in line]
     assert re.search(r"rebalance: partitions \[\d(, \d)*\] \(took \[\], gave up \[\d(, \d)*\]\)$",
@@ -39,7 +44,7 @@ def test_ready_and_rebalance_lines_at_the_default_level(broker, start_worker, wa
 
 
 def test_info_keeps_the_client_libraries_at_warning(start_worker) -> None:
-    worker = start_worker("chatty", partitions=2)  # the fixture's --loglevel info
+    worker = start_worker(run_prefix("chatty"), partitions=2)  # the fixture's --loglevel info
     text = worker.log()
     assert "INFO banditflow.worker" in text
     assert not [line for line in lines(text) if re.search(r" (DEBUG|INFO) (aiokafka|kafka)", line)]

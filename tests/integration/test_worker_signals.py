@@ -10,6 +10,7 @@ import struct
 import time
 
 import pytest
+from conftest import run_prefix
 
 from banditflow.streams.scrape import fetch
 
@@ -22,7 +23,7 @@ def test_a_sigterm_while_starting_stops_the_worker_cleanly(start_worker, after_s
     recovers: exit status 0, not -15 (the handler was not yet installed). Timed from its
     first log line (``banditflow worker`` has begun; before that Python itself starts, some
     0.4 s with no banditflow code run, which nothing can guard)."""
-    worker = start_worker(f"sigstart{int(after_s * 10)}", wait=False)
+    worker = start_worker(run_prefix(f"sigstart{int(after_s * 10)}"), wait=False)
     deadline = time.monotonic() + 60
     while not worker.log_path.read_bytes() and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -33,7 +34,7 @@ def test_a_sigterm_while_starting_stops_the_worker_cleanly(start_worker, after_s
 
 
 def test_clients_that_hang_up_leave_no_traceback(start_worker) -> None:
-    worker = start_worker("hangup")
+    worker = start_worker(run_prefix("hangup"))
     for path in ("/metrics", "/ready") * 10:
         client = socket.create_connection(("127.0.0.1", worker.web_port))
         client.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
@@ -49,7 +50,7 @@ def test_clients_that_hang_up_leave_no_traceback(start_worker) -> None:
 def test_a_worker_paused_past_its_session_says_so_without_errors(start_worker) -> None:
     """aiokafka's "Heartbeat session expired" on resuming is expected after a pause: a
     warning saying why, no ERROR line."""
-    worker = start_worker("pausenote")
+    worker = start_worker(run_prefix("pausenote"))
     os.kill(worker.process.pid, signal.SIGSTOP)
     try:
         time.sleep(5.0)  # (the embedded broker's session: 2 s)
