@@ -55,12 +55,8 @@ def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
     server = (pki.path("server.pem"), pki.path("server.key"))
     with TlsTerminator(directory, port, *server) as tls, \
             TlsTerminator(directory, port, *server, client_ca=pki.path("ca.pem")) as mtls:
-        config = write_properties(directory / "mtls.properties", {
-            "bootstrap.servers": mtls.bootstrap, "security.protocol": "SSL",
-            "ssl.ca.location": pki.path("ca.pem"),
-            "ssl.certificate.location": pki.path("client.pem"),
-            "ssl.key.location": pki.path("client.key"),
-            "ssl.key.password": pki.client_key_password})
+        config = write_properties(directory / "mtls.properties",
+                                  pki.mutual_tls_client(mtls.bootstrap))
         connection = KafkaConnection.resolve(config_file=config)
         with EmbeddedBroker(port=port, log_path=directory / "broker.log",
                             advertised=connection) as broker:

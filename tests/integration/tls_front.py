@@ -32,12 +32,8 @@ def run_behind_tls(command: list[str]) -> int:
         # stunnel first: the broker checks that it answers through the address it advertises.
         with TlsTerminator(directory, port, pki.path("server.pem"), pki.path("server.key"),
                            client_ca=pki.path("ca.pem")) as front:
-            config = write_properties(directory / "client.properties", {
-                "bootstrap.servers": front.bootstrap, "security.protocol": "SSL",
-                "ssl.ca.location": pki.path("ca.pem"),
-                "ssl.certificate.location": pki.path("client.pem"),
-                "ssl.key.location": pki.path("client.key"),
-                "ssl.key.password": pki.client_key_password})
+            config = write_properties(directory / "client.properties",
+                                      pki.mutual_tls_client(front.bootstrap))
             connection = KafkaConnection.resolve(config_file=config)
             with EmbeddedBroker(port=port, log_path=directory / "broker.log",
                                 advertised=connection):

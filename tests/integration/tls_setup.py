@@ -47,6 +47,15 @@ class Pki:
     def path(self, name: str) -> str:
         return str(self.directory / name)
 
+    def mutual_tls_client(self, bootstrap: str) -> dict[str, str]:
+        """The client properties of a mutual-TLS client of ``bootstrap`` (its certificate and
+        encrypted key, the CA that signed the server's)."""
+        return {"bootstrap.servers": bootstrap, "security.protocol": "SSL",
+                "ssl.ca.location": self.path("ca.pem"),
+                "ssl.certificate.location": self.path("client.pem"),
+                "ssl.key.location": self.path("client.key"),
+                "ssl.key.password": self.client_key_password}
+
 
 def make_pki(directory: Path) -> Pki:
     """ca, server (127.0.0.1 and localhost), client (its key under a password), other-ca,
