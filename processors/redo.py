@@ -23,14 +23,19 @@ REDO_LIMIT = 256
 
 
 def event_seed(seed: int, event_id: str) -> np.random.Generator:
-    """The random generator of one decision: a function of the learner seed and event id."""
+    """The random generator of one decision: a function of the learner seed and event id,
+    ``np.random.default_rng([seed, blake2b-64 of the id])``, seeded by a compiled kernel
+    (:mod:`banditflow.processors.event_rng`, imported here so that only a learner that draws
+    loads numba)."""
+    from banditflow.processors.event_rng import seeded_generator
+
     digest = hashlib.blake2b(event_id.encode(), digest_size=8).digest()
-    return np.random.default_rng([seed, int.from_bytes(digest, "little")])
+    return seeded_generator(seed, int.from_bytes(digest, "little"))
 
 
 class LazyGenerator:
-    """Stands in for :func:`event_seed`'s generator and builds it on first use: seeding costs
-    tens of microseconds, and deterministic learners (SPS) never draw."""
+    """Stands in for :func:`event_seed`'s generator and builds it on first use: deterministic
+    learners (SPS) never draw, and never pay for seeding (nor load numba for it)."""
 
     __slots__ = ("_event_id", "_generator", "_seed")
 

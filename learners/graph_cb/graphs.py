@@ -20,6 +20,7 @@ transposed. Sent untransposed, VW silently learns from the wrong reveals.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -32,7 +33,20 @@ GRAPH_KINDS = ("bandit", "full", "cops_and_robbers", "apple_tasting", "inventory
 
 
 def named_graph(kind: str, actions: int) -> np.ndarray:
-    """The K x K matrix of a named graph (apple tasting exists only for K = 2)."""
+    """The K x K matrix of a named graph (apple tasting exists only for K = 2), read-only:
+    one array per kind and size, built once (a candidate-set learner asks for its graph over
+    each event's candidates twice an event, and building it cost more than its scores)."""
+    return _named_graph(kind, int(actions))
+
+
+@functools.lru_cache(maxsize=256)
+def _named_graph(kind: str, actions: int) -> np.ndarray:
+    graph = _build_named_graph(kind, actions)
+    graph.flags.writeable = False
+    return graph
+
+
+def _build_named_graph(kind: str, actions: int) -> np.ndarray:
     if actions < 1:
         raise LearnerError(f"a feedback graph needs at least one action, got {actions}")
     if kind == "bandit":

@@ -17,8 +17,18 @@ import numpy as np
 
 from banditflow.learners.graph_cb.primal_dual import njit
 
+# A feedback graph comes writable (a context's) or read-only (a named graph, built once and
+# shared: graphs.named_graph); compiled signatures are exact about it, so the kernels that
+# take a graph are compiled for both.
+_GRAPHS = ("float64[:, ::1]", "Array(float64, 2, 'C', readonly=True)")
 
-@njit("float64(float64[::1], float64[::1], float64[:, ::1], float64)", cache=True,
+
+def _graph_signatures(signature: str) -> list[str]:
+    """``signature`` (with ``{graph}`` for the graph's type) for both kinds of graph."""
+    return [signature.format(graph=graph) for graph in _GRAPHS]
+
+
+@njit(_graph_signatures("float64(float64[::1], float64[::1], {graph}, float64)"), cache=True,
       error_model="numpy")
 def dec(p: np.ndarray, fhat: np.ndarray, G: np.ndarray, gamma: float) -> float:
     """``max_a <p - e_a, fhat> + g_a(p) / gamma`` with ``g_a(p) = sum_i (p_i - 1[i = a])^2 / W_i``,
@@ -156,7 +166,7 @@ def rls_step(weights: np.ndarray, inverse: np.ndarray, vector: np.ndarray,
             inverse[i, j] -= gain * direction[j]
 
 
-@njit("int64(float64[:, ::1])", cache=True, error_model="numpy")
+@njit(_graph_signatures("int64({graph})"), cache=True, error_model="numpy")
 def greedy_independent_set_size(G: np.ndarray) -> int:
     """The size of the independent set built by repeatedly taking the first node of minimum
     remaining degree and removing its neighbours (i != j adjacent when ``G[i, j] > 0`` or
