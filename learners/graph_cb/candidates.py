@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from banditflow.learners.base import ContradictingFeedback, LearnerError
+from banditflow.learners.graph_cb import kernels
 
 
 def pair_features(shared: np.ndarray, actions: np.ndarray) -> np.ndarray:
@@ -124,7 +125,7 @@ class CandidateForm:
         if (matrix.shape != (len(actions), self.action_features)
                 or not all(map(isinstance, ids, repeat(str)))):
             raise LearnerError(self._first_fault(actions))
-        if not np.isfinite(matrix).all():
+        if not kernels.all_finite(matrix):
             bad = int(np.argmin(np.isfinite(matrix).all(axis=1)))
             raise LearnerError(f"actions[{bad}].features must be finite")
         if len(set(ids)) != len(ids):
@@ -153,11 +154,11 @@ class CandidateForm:
 
 def _vector(values: Any, size: int, name: str) -> np.ndarray:
     try:
-        array = np.asarray(values, dtype=float)
+        array = np.array(values, dtype=float)  # (a copy: C-contiguous, as the kernel takes it)
     except (TypeError, ValueError, OverflowError) as exc:
         raise LearnerError(f"{name} must be {size} numbers: {exc}") from None
     if array.shape != (size,):
         raise LearnerError(f"{name} must be {size} numbers, got shape {array.shape}")
-    if not np.isfinite(array).all():
+    if not kernels.all_finite(array):
         raise LearnerError(f"{name} must be finite")
     return array

@@ -148,15 +148,17 @@ def pair_vector(shared: np.ndarray, candidate: np.ndarray, bias: bool) -> np.nda
     return vector
 
 
-@njit("void(float64[::1], float64[:, ::1], float64[::1], float64)", cache=True,
-      error_model="numpy")
-def rls_step(weights: np.ndarray, inverse: np.ndarray, vector: np.ndarray,
-             residual: float) -> None:
-    """One recursive-least-squares update in place (Sherman-Morrison, O(d^2)): with
+@njit("void(float64[::1], float64[:, ::1], float64[::1], float64, float64, float64)",
+      cache=True, error_model="numpy")
+def rls_step(weights: np.ndarray, inverse: np.ndarray, vector: np.ndarray, loss: float,
+             low: float, high: float) -> None:
+    """One recursive-least-squares update in place (Sherman-Morrison, O(d^2)) on the example
+    (``vector``, ``loss``): with the residual ``clip(<weights, vector>, low, high) - loss``,
     ``u = inverse @ vector`` and ``gain = u / (1 + <vector, u>)``, ``weights -= residual
     gain`` and ``inverse -= gain u^T``."""
     if weights.size != vector.size or inverse.shape[0] != vector.size:
         raise ValueError("the weights, inverse Gram matrix and vector differ in size")
+    residual = min(max(np.dot(weights, vector), low), high) - loss
     direction = inverse @ vector
     denominator = 1.0 + np.dot(vector, direction)
     for i in range(vector.size):
@@ -203,3 +205,10 @@ def greedy_independent_set_size(G: np.ndarray) -> int:
                     degree[j] -= 1
         chosen += 1
     return chosen
+
+
+@njit(["boolean(float64[::1])", "boolean(float64[:, ::1])"], cache=True)
+def all_finite(values: np.ndarray) -> bool:
+    """``np.isfinite(values).all()``, compiled: numpy's reduction wrapper costs more than a
+    candidate set's scores."""
+    return np.isfinite(values).all()

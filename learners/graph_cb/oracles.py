@@ -162,11 +162,12 @@ class LinearOracle:
         low, high = self.loss_range or (loss, loss)
         self.loss_range = min(low, loss), max(high, loss)
         low, high = self.clip_range()
-        residual = min(max(float(self.weights[row] @ vector), low), high) - loss
         if self.inverse_gram is None:
+            residual = min(max(float(self.weights[row] @ vector), low), high) - loss
             self.weights[row] -= self.learning_rate * residual * vector
         else:
-            kernels.rls_step(self.weights[row], self.inverse_gram[row], _dense(vector), residual)
+            kernels.rls_step(self.weights[row], self.inverse_gram[row], _dense(vector), loss,
+                             low, high)
         self.updates += 1
 
     def to_state(self) -> JSON:

@@ -81,7 +81,9 @@ def test_rls_step_is_the_sherman_morrison_update() -> None:
     rng = np.random.default_rng(3)
     size = 8
     weights, inverse = rng.normal(size=size), np.eye(size) / 2.0
-    vector, residual = rng.normal(size=size), 0.3
+    vector, loss = rng.normal(size=size), 0.3
+    low, high = -0.2, 0.25
+    residual = min(max(float(weights @ vector), low), high) - loss
     direction = inverse @ vector
     gain = direction / (1.0 + vector @ direction)
     expected_weights = weights - residual * gain
@@ -89,11 +91,11 @@ def test_rls_step_is_the_sherman_morrison_update() -> None:
     # the inverse of (Gram + x x^T): what recursive least squares keeps
     assert expected_inverse == pytest.approx(np.linalg.inv(2.0 * np.eye(size)
                                                            + np.outer(vector, vector)))
-    kernels.rls_step(weights, inverse, vector, residual)
+    kernels.rls_step(weights, inverse, vector, loss, low, high)
     assert weights == pytest.approx(expected_weights, rel=1e-14)
     assert inverse == pytest.approx(expected_inverse, rel=1e-14, abs=1e-15)
     with pytest.raises(ValueError, match="differ in size"):
-        kernels.rls_step(weights[:-1], inverse, vector, residual)
+        kernels.rls_step(weights[:-1], inverse, vector, loss, low, high)
 
 
 @pytest.mark.parametrize("seed", range(200))
