@@ -10,7 +10,9 @@ since (:func:`call_logged`, :func:`rollback`). The processor's live learners
 
 from __future__ import annotations
 
+import functools
 import hashlib
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -25,12 +27,19 @@ REDO_LIMIT = 256
 def event_seed(seed: int, event_id: str) -> np.random.Generator:
     """The random generator of one decision: a function of the learner seed and event id,
     ``np.random.default_rng([seed, blake2b-64 of the id])``, seeded by a compiled kernel
-    (:mod:`banditflow.processors.event_rng`, imported here so that only a learner that draws
-    loads numba)."""
+    (:mod:`banditflow.processors.event_rng`)."""
+    digest = hashlib.blake2b(event_id.encode(), digest_size=8).digest()
+    return _seeded_generator()(seed, int.from_bytes(digest, "little"))
+
+
+@functools.cache
+def _seeded_generator() -> Callable[[int, int], np.random.Generator]:
+    """:func:`banditflow.processors.event_rng.seeded_generator`, imported at the first draw,
+    so that only a learner that draws loads numba (an import statement in
+    :func:`event_seed` would cost a quarter of its time on every call)."""
     from banditflow.processors.event_rng import seeded_generator
 
-    digest = hashlib.blake2b(event_id.encode(), digest_size=8).digest()
-    return seeded_generator(seed, int.from_bytes(digest, "little"))
+    return seeded_generator
 
 
 class LazyGenerator:
