@@ -32,16 +32,26 @@ GRAPH_KINDS = ("bandit", "full", "cops_and_robbers", "apple_tasting", "inventory
 """Names accepted by :func:`named_graph` (and the learners' ``graph_kind`` parameter)."""
 
 
+# Named graphs of at most this many actions are built once and kept: a candidate-set learner
+# asks for its graph over each event's candidates twice an event, and building it cost more
+# than the candidates' scores. Every kind at every size up to it takes 3.6 MB at most.
+CACHED_GRAPH_ACTIONS = 64
+
+
 def named_graph(kind: str, actions: int) -> np.ndarray:
-    """The K x K matrix of a named graph (apple tasting exists only for K = 2), read-only:
-    one array per kind and size, built once (a candidate-set learner asks for its graph over
-    each event's candidates twice an event, and building it cost more than its scores)."""
-    return _named_graph(kind, int(actions))
+    """The K x K matrix of a named graph (apple tasting exists only for K = 2), read-only
+    (it may be shared: :data:`CACHED_GRAPH_ACTIONS`)."""
+    if actions <= CACHED_GRAPH_ACTIONS:
+        return _kept_named_graph(kind, actions)
+    return _read_only(_build_named_graph(kind, actions))
 
 
-@functools.lru_cache(maxsize=256)
-def _named_graph(kind: str, actions: int) -> np.ndarray:
-    graph = _build_named_graph(kind, actions)
+@functools.cache
+def _kept_named_graph(kind: str, actions: int) -> np.ndarray:
+    return _read_only(_build_named_graph(kind, actions))  # (a refused kind raises: not kept)
+
+
+def _read_only(graph: np.ndarray) -> np.ndarray:
     graph.flags.writeable = False
     return graph
 

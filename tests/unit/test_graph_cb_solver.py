@@ -16,7 +16,12 @@ from banditflow.learners.graph_cb import (
     primal_dual,
 )
 from banditflow.learners.graph_cb import solver as solver_module
-from banditflow.learners.graph_cb.graphs import detect_kind, independence_number, named_graph
+from banditflow.learners.graph_cb.graphs import (
+    CACHED_GRAPH_ACTIONS,
+    detect_kind,
+    independence_number,
+    named_graph,
+)
 from banditflow.learners.graph_cb.solver import WarmStart
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -333,3 +338,15 @@ def test_primal_dual_certificate_is_a_valid_bound() -> None:
             assert upper / gamma == pytest.approx(
                 decision_estimation_coefficient(p, fhat, graph, gamma))
             assert used <= iterations and lam.sum() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("actions", [3, CACHED_GRAPH_ACTIONS + 1])
+def test_named_graphs_are_read_only_whether_kept_or_not(actions: int) -> None:
+    graph = named_graph("inventory", actions)
+    assert graph.tolist() == np.tril(np.ones((actions, actions))).tolist()
+    with pytest.raises(ValueError, match="read-only"):
+        graph[0, 0] = 0.0
+    kept = named_graph("inventory", actions) is graph
+    assert kept == (actions <= CACHED_GRAPH_ACTIONS)
+    with pytest.raises(LearnerError, match="unknown graph kind"):
+        named_graph("nonsense", actions)
