@@ -79,8 +79,6 @@ def pcg64_seed_words(seed: int, digest: int) -> np.ndarray:
 class _SeedWords(ISeedSequence):
     """A seed sequence that hands PCG64 the words :func:`pcg64_seed_words` computed."""
 
-    __slots__ = ("_words",)
-
     def __init__(self, words: np.ndarray) -> None:
         self._words = words
 

@@ -142,6 +142,9 @@ def _failure(exc: Exception) -> tuple[int, str, str] | None:
     return None
 
 
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"})
+
+
 class GatewayMetrics:
     """``banditflow_gateway_requests_total{route,method,status}`` and
     ``banditflow_gateway_request_seconds{route}`` (route: the path template)."""
@@ -162,7 +165,10 @@ class GatewayMetrics:
         self._series: dict[tuple[str, str, int], tuple[Any, Any]] = {}
 
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
-        """One answered request."""
+        """One answered request (a method outside HTTP's usual ones counts as ``other``: a
+        client chooses it, and must not be able to make series without end)."""
+        if method not in HTTP_METHODS:
+            method = "other"
         key = (route, method, status)
         series = self._series.get(key)
         if series is None:
@@ -555,7 +561,9 @@ def run_gateway(settings: GatewaySettings) -> int:
         ssl_certfile=settings.tls_cert, ssl_keyfile=settings.tls_key, access_log=False,
         log_level="warning", lifespan="on", timeout_graceful_shutdown=5, server_header=False,
         # Nothing here reads the client's address (no access log, keys are bearer tokens),
-        # so uvicorn's X-Forwarded-For middleware would be a layer per request for nothing.
+        # so uvicorn's X-Forwarded-For/-Proto middleware would be a layer per request for
+        # little: behind a TLS proxy, only the Location of Starlette's trailing-slash
+        # redirect would say http:// where the client used https://.
         proxy_headers=False,
     )
     server = uvicorn.Server(config)

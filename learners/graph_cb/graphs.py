@@ -34,7 +34,7 @@ GRAPH_KINDS = ("bandit", "full", "cops_and_robbers", "apple_tasting", "inventory
 
 # Named graphs of at most this many actions are built once and kept: a candidate-set learner
 # asks for its graph over each event's candidates twice an event, and building it cost more
-# than the candidates' scores. Every kind at every size up to it takes 3.6 MB at most.
+# than the candidates' scores. Every kind at every size up to it takes under 3 MB.
 CACHED_GRAPH_ACTIONS = 64
 
 

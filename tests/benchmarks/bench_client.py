@@ -312,8 +312,11 @@ def test_client_and_gateway_round_trips(tmp_path: Path) -> None:
             # under pytest, 0.09-0.10 run alone): what lives now is left out of them.
             gc.collect()
             gc.freeze()
-            results = asyncio.run(client_paths(broker.bootstrap, gateway_port, {
-                "gateway": gateway.pid, "worker": worker.pid, "broker": broker.process.pid}))
+            try:
+                results = asyncio.run(client_paths(broker.bootstrap, gateway_port, {
+                    "gateway": gateway.pid, "worker": worker.pid, "broker": broker.process.pid}))
+            finally:
+                gc.unfreeze()
             print(f"after: {machine_load()}")
         finally:
             if gateway is not None:

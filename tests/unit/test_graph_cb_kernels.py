@@ -77,13 +77,16 @@ def test_pair_scores_and_vector_follow_the_pair_features(shared_dim: int, items:
         kernels.pair_scores(weights[:-1], shared, candidates, bias, -1.0, 1.0)
 
 
-def test_rls_step_is_the_sherman_morrison_update() -> None:
+@pytest.mark.parametrize(("low", "high"), [(-50.0, 50.0), (-50.0, -40.0), (40.0, 50.0)],
+                         ids=["inside", "clipped_above", "clipped_below"])
+def test_rls_step_is_the_sherman_morrison_update(low: float, high: float) -> None:
     rng = np.random.default_rng(3)
     size = 8
     weights, inverse = rng.normal(size=size), np.eye(size) / 2.0
     vector, loss = rng.normal(size=size), 0.3
-    low, high = -0.2, 0.25
-    residual = min(max(float(weights @ vector), low), high) - loss
+    prediction = float(weights @ vector)
+    assert -40.0 < prediction < 40.0  # (so the three ranges take the three branches)
+    residual = min(max(prediction, low), high) - loss
     direction = inverse @ vector
     gain = direction / (1.0 + vector @ direction)
     expected_weights = weights - residual * gain
