@@ -40,7 +40,6 @@ from typing import Any
 
 import numpy as np
 
-from banditflow.learners.graph_cb.candidates import pair_features
 from banditflow.offline.archive import LoggedRound
 from banditflow.offline.ope.learning_policy import LearningPolicy
 from banditflow.offline.ope.policies import TargetPolicy
@@ -162,6 +161,10 @@ def model_features(round_: LoggedRound) -> list[float] | list[list[float]] | Non
     of each of its candidates."""
     if round_.candidates is None:
         return round_.features
+    # (imported here: the graph_cb learners' module loads numba, which a log without
+    # candidate sets does not need)
+    from banditflow.learners.graph_cb.candidates import pair_features
+
     shared = np.asarray(round_.features or [], dtype=float)
     offered = np.asarray([c["features"] for c in round_.candidates], dtype=float)
     return pair_features(shared, offered).tolist()

@@ -5,6 +5,8 @@ seeded them."""
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -50,3 +52,16 @@ def test_generators_are_independent_objects() -> None:
 def test_the_seed_words_refuse_a_request_pcg64_does_not_make() -> None:
     with pytest.raises(ValueError, match="4 uint64 words"):
         _SeedWords(pcg64_seed_words(1, 2)).generate_state(8, np.uint32)
+
+
+def test_numba_loads_at_the_first_draw_not_with_the_processors_or_ope() -> None:
+    # A worker whose learners never draw (SPS) and `banditflow ope` on a log without candidate
+    # sets do not pay for numba's import.
+    done = subprocess.run(
+        [sys.executable, "-c",
+         "import sys; import banditflow.processors.processor, banditflow.offline.ope.evaluation; "
+         "assert 'numba' not in sys.modules, 'numba imported'; "
+         "from banditflow.processors.redo import LazyGenerator; LazyGenerator(1, 'e').random(); "
+         "assert 'numba' in sys.modules"],
+        capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
