@@ -29,7 +29,9 @@ _INIT_A, _MULT_A = _U(0x43B0D7E5), _U(0x931E8875)
 _INIT_B, _MULT_B = _U(0x8B51F9DD), _U(0x58F38DED)
 _MIX_MULT_L, _MIX_MULT_R = _U(0xCA01F9DD), _U(0x4973F715)
 _MASK32, _SHIFT16, _SHIFT32, _ZERO = _U(0xFFFFFFFF), _U(16), _U(32), _U(0)
-_POOL = 4
+_POOL = 4  # SeedSequence's pool of 32-bit words (DEFAULT_POOL_SIZE)
+_ENTROPY_WORDS = 4  # at most: two integers below 2^64, two 32-bit words each
+_STATE_WORDS = 4  # the uint64 words PCG64 asks for: its 128-bit state and increment
 
 
 @njit("uint64[::1](uint64, uint64)", cache=True)
@@ -37,7 +39,7 @@ def pcg64_seed_words(seed: int, digest: int) -> np.ndarray:
     """``SeedSequence([seed, digest]).generate_state(4, np.uint64)``, for ``seed`` and
     ``digest`` below 2^64. (32-bit arithmetic in 64-bit words, masked after each product.)"""
     # The entropy: each integer as its little-endian 32-bit words, at least one (0 is [0]).
-    entropy = np.zeros(_POOL, np.uint64)
+    entropy = np.zeros(_ENTROPY_WORDS, np.uint64)
     size = 0
     for value in (seed, digest):
         entropy[size] = value & _MASK32
@@ -64,10 +66,10 @@ def pcg64_seed_words(seed: int, digest: int) -> np.ndarray:
                 value ^= value >> _SHIFT16
                 mixed = (_MIX_MULT_L * pool[target] - _MIX_MULT_R * value) & _MASK32
                 pool[target] = mixed ^ (mixed >> _SHIFT16)
-    # generate_state: 8 32-bit words cycling over the pool, paired little-endian into 4.
-    words = np.zeros(_POOL, np.uint64)
+    # generate_state: 32-bit words cycling over the pool, paired little-endian into uint64s.
+    words = np.zeros(_STATE_WORDS, np.uint64)
     hash_const = _INIT_B
-    for i in range(2 * _POOL):
+    for i in range(2 * _STATE_WORDS):
         value = (pool[i % _POOL] ^ hash_const) & _MASK32
         hash_const = (hash_const * _MULT_B) & _MASK32
         value = (value * hash_const) & _MASK32
@@ -83,7 +85,7 @@ class _SeedWords(ISeedSequence):
         self._words = words
 
     def generate_state(self, n_words: int, dtype: type = np.uint32) -> np.ndarray:
-        if n_words != _POOL or np.dtype(dtype) != np.uint64:  # PCG64 asks for these only
+        if n_words != _STATE_WORDS or np.dtype(dtype) != np.uint64:  # PCG64 asks for these only
             raise ValueError(f"expected a request for 4 uint64 words, got {n_words} {dtype}")
         return self._words
 
