@@ -252,6 +252,54 @@ def test_candidate_sets_against_vowpal_wabbit() -> None:
             assert row[tool]["decisions_per_s"] > 0
 
 
+def round_steps(candidates: int = 27, seed: int = 0) -> list[tuple[str, float]]:
+    """CPU µs of each step of a banditflow round (the minimum of 7 x 3,000 calls, process
+    CPU clock) on the first request with ``candidates`` candidates after 1,500 rounds of the
+    bandit task: the table in docs/results/graph_cb_candidates.md."""
+    import timeit
+
+    from banditflow.learners.graph_cb.base import sample
+
+    task = task_for("bandit", 2_000, seed)
+    requests = [task.request(t) for t in range(2_000)]
+    learner = make_learner("graph_cb", "squarecb", {
+        **task.params, "update": "rls", "gamma_schedule": "vw", "gamma_scale": GAMMA_SCALE})
+    for t, request in enumerate(requests[:1_500]):
+        decided = learner.decide(request.context, event_seed(seed, f"r{t}"))
+        learner.learn(decided.pending,
+                      {"losses": task.feedback(request, decided.output["action"])})
+    request = next(r for r in requests[1_500:] if len(r.context["actions"]) == candidates)
+    context, form, oracle = request.context, learner.form, learner.oracle
+    shared, offered = form.shared(context["features"]), form.offered(context["actions"])
+    graph = learner.event_graph(None, candidates)
+    fhat = oracle.predict_pairs(shared, offered.features)
+    p, _ = learner.distribution(fhat, graph, GAMMA_SCALE)
+    generator = event_seed(seed, "step")
+    decided = learner.decide(context, event_seed(seed, "step"))
+    feedback = {"losses": task.feedback(request, decided.output["action"])}
+    played = np.asarray(decided.pending["candidates"][0], dtype=float)
+    steps = {
+        "`event_seed`": lambda: event_seed(seed, "step"),
+        "`decide` (with its generator)": lambda: learner.decide(context,
+                                                                event_seed(seed, "step")),
+        "- shared features validated": lambda: form.shared(context["features"]),
+        "- candidate set validated and converted (`CandidateForm.offered`)":
+            lambda: form.offered(context["actions"]),
+        "- the bandit graph over the set": lambda: learner.event_graph(None, candidates),
+        "- scores (`predict_pairs`)": lambda: oracle.predict_pairs(shared, offered.features),
+        "- SquareCB's p and its dec": lambda: learner.distribution(fhat, graph, GAMMA_SCALE),
+        "- the draw": lambda: sample(p, generator),
+        "- pending state: the set as lists": lambda: (offered.features.tolist(),
+                                                       shared.tolist()),
+        "`learn`": lambda: learner.learn(decided.pending, feedback),
+        "- feedback validated": lambda: learner._revealed_losses(decided.pending, feedback),
+        "- RLS on the played pair (`update_pair`)": lambda: oracle.update_pair(shared, played,
+                                                                                0.5),
+    }
+    return [(name, min(timeit.repeat(step, number=3_000, repeat=7, timer=time.process_time))
+             / 3_000 * 1e6) for name, step in steps.items()]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=10_000)
@@ -261,7 +309,14 @@ def main() -> int:
     parser.add_argument("--task", choices=("bandit", "graph", "both"), default="both")
     parser.add_argument("--repeats", type=int, default=3,
                         help="alternating runs of each tool per seed (default: %(default)s)")
+    parser.add_argument("--steps", action="store_true",
+                        help="instead: the CPU time of each step of a round (27 candidates)")
     args = parser.parse_args()
+    if args.steps:
+        print("| step (27 candidates) | CPU µs |\n|---|---|")
+        for name, micros in round_steps():
+            print(f"| {name} | {micros:.1f} |")
+        return 0
     seeds = [int(s) for s in args.seeds.split(",")]
     kinds = ("bandit", "graph") if args.task == "both" else (args.task,)
     rows = [row for kind in kinds
