@@ -113,6 +113,12 @@ class SquareCB(GraphCBLearner):
         p = kernels.inverse_gap_weighting(np.ascontiguousarray(fhat, dtype=float), gamma)
         return p, decision_estimation_coefficient(p, fhat, graph, gamma)
 
+    def decision(self, fhat: np.ndarray, graph: np.ndarray, gamma: float,
+                 rng: np.random.Generator) -> tuple[np.ndarray, float, int]:
+        return kernels.inverse_gap_decision(np.ascontiguousarray(fhat, dtype=float),
+                                            np.ascontiguousarray(graph, dtype=float),
+                                            float(gamma), rng.random())
+
 
 class EpsilonGreedy(GraphCBLearner):
     """epsilon-greedy: ``epsilon`` (default 0.05) uniform, the rest on argmin fhat. gamma is

@@ -153,6 +153,13 @@ class GraphCBLearner(Declared, Learner):
     ) -> tuple[np.ndarray, float]:
         """The action distribution p and dec(p) for predicted losses ``fhat``."""
 
+    def decision(self, fhat: np.ndarray, graph: np.ndarray, gamma: float,
+                 rng: np.random.Generator) -> tuple[np.ndarray, float, int]:
+        """p (:meth:`distribution`), dec(p) and the action drawn from p with ``rng``; an
+        algorithm may compute the three in one compiled call."""
+        p, dec = self.distribution(fhat, graph, gamma)
+        return p, dec, sample(p, rng)
+
     def exploration_alpha(self, graph: np.ndarray, per_event: bool) -> int:
         """The independence number the sqrt_alpha schedule scales with."""
         if per_event or self.graph_alpha is None:
@@ -185,14 +192,17 @@ class GraphCBLearner(Declared, Learner):
     def _decide_among(self, context: Mapping[str, Any], rng: np.random.Generator) -> Decided:
         """A decision over the context's own candidates (the candidate-set form)."""
         assert self.form is not None
-        shared = self.form.shared(context.get("features"))
+        features = context.get("features")
+        shared = self.form.shared(features)
         offered = self.form.offered(context.get("actions"))
         graph = self.event_graph(context.get("graph"), len(offered.ids))
         fhat = self.oracle.predict_pairs(shared, offered.features)
         output, pending = self._decided(fhat, graph, True, rng)
         output["action_id"] = offered.ids[output["action"]]
-        pending |= {"features": shared.tolist(), "ids": offered.ids,
-                    "candidates": offered.features.tolist()}
+        # The candidates' and the shared features as the context gave them, validated above
+        # (finite numbers of the right shapes): learn converts the rows it needs.
+        pending |= {"features": features if self.form.feature_dim else [], "ids": offered.ids,
+                    "candidates": offered.rows}
         if context.get("graph") is not None:
             pending["graph"] = graph.tolist()
         return Decided(output=output, pending=pending)
@@ -210,8 +220,7 @@ class GraphCBLearner(Declared, Learner):
                  rng: np.random.Generator) -> tuple[JSON, JSON]:
         """The output and pending state of a decision on predicted losses ``fhat``."""
         gamma = self.schedule.gamma(self.exploration_alpha(graph, per_event))
-        p, dec = self.distribution(fhat, graph, gamma)
-        action = sample(p, rng)
+        p, dec, action = self.decision(fhat, graph, gamma, rng)
         self.schedule.record_decision(dec)
         output = {
             "action": action,
@@ -248,7 +257,7 @@ class GraphCBLearner(Declared, Learner):
         graph = self.graph if pending.get("graph") is None else np.asarray(pending["graph"])
         ids = None
         if self.form is not None:
-            ids = list(pending["ids"])
+            ids = pending["ids"]
             if pending.get("graph") is None:
                 graph = self.event_graph(None, len(ids))
         played = int(pending["action"])

@@ -101,6 +101,16 @@ def draw(p: np.ndarray, uniform: float) -> int:
     return p.size - 1
 
 
+@njit(_graph_signatures("Tuple((float64[::1], float64, int64))(float64[::1], {graph}, float64, "
+                        "float64)"), cache=True, error_model="numpy")
+def inverse_gap_decision(fhat: np.ndarray, G: np.ndarray, gamma: float,
+                         uniform: float) -> tuple[np.ndarray, float, int]:
+    """SquareCB's decision in one call: p (:func:`inverse_gap_weighting`), its :func:`dec`
+    under ``G``, and the index the uniform draw ``uniform`` picks (:func:`draw`)."""
+    p = inverse_gap_weighting(fhat, gamma)
+    return p, dec(p, fhat, G, gamma), draw(p, uniform)
+
+
 @njit("float64[::1](float64[::1], float64[::1], float64[:, ::1], boolean, float64, float64)",
       cache=True, error_model="numpy")
 def pair_scores(weights: np.ndarray, shared: np.ndarray, candidates: np.ndarray, bias: bool,
@@ -166,6 +176,16 @@ def rls_step(weights: np.ndarray, inverse: np.ndarray, vector: np.ndarray, loss:
         weights[i] -= residual * gain
         for j in range(vector.size):
             inverse[i, j] -= gain * direction[j]
+
+
+@njit("void(float64[::1], float64[:, ::1], float64[::1], float64[::1], boolean, float64, float64, "
+      "float64)", cache=True, error_model="numpy")
+def rls_pair_step(weights: np.ndarray, inverse: np.ndarray, shared: np.ndarray,
+                  candidate: np.ndarray, bias: bool, loss: float, low: float,
+                  high: float) -> None:
+    """:func:`rls_step` on the pair features of ``shared`` with ``candidate``
+    (:func:`pair_vector`), in one call."""
+    rls_step(weights, inverse, pair_vector(shared, candidate, bias), loss, low, high)
 
 
 @njit(_graph_signatures("int64({graph})"), cache=True, error_model="numpy")

@@ -147,7 +147,13 @@ class LinearOracle:
         """:meth:`update` on the pair features of ``shared`` with one candidate's (validated
         arrays)."""
         self._check_pairs(shared.shape[0], candidate.shape[0])
-        self._step(0, kernels.pair_vector(_dense(shared), _dense(candidate), self.bias), loss)
+        if self.inverse_gram is None:
+            self._step(0, kernels.pair_vector(_dense(shared), _dense(candidate), self.bias),
+                       loss)
+        else:  # (one compiled call: the pair vector is never boxed)
+            kernels.rls_pair_step(self.weights[0], self.inverse_gram[0], _dense(shared),
+                                  _dense(candidate), self.bias, loss, *self._seen(loss))
+            self.updates += 1
 
     def _check_pairs(self, shared_dim: int, item_dim: int) -> None:
         """Refuse pair features of sizes this oracle was not built for (the compiled
@@ -159,9 +165,7 @@ class LinearOracle:
 
     def _step(self, row: int, vector: np.ndarray, loss: float) -> None:
         """The update of weight vector ``row`` on one example (``vector`` with its bias)."""
-        low, high = self.loss_range or (loss, loss)
-        self.loss_range = min(low, loss), max(high, loss)
-        low, high = self.clip_range()
+        low, high = self._seen(loss)
         if self.inverse_gram is None:
             residual = min(max(float(self.weights[row] @ vector), low), high) - loss
             self.weights[row] -= self.learning_rate * residual * vector
@@ -169,6 +173,12 @@ class LinearOracle:
             kernels.rls_step(self.weights[row], self.inverse_gram[row], _dense(vector), loss,
                              low, high)
         self.updates += 1
+
+    def _seen(self, loss: float) -> tuple[float, float]:
+        """Count ``loss`` in the range of the losses seen; the clip range after it."""
+        low, high = self.loss_range or (loss, loss)
+        self.loss_range = min(low, loss), max(high, loss)
+        return self.clip_range()
 
     def to_state(self) -> JSON:
         """Weights (and inverse Gram matrices) and the loss range seen, as nested lists."""

@@ -154,6 +154,14 @@ def candidates(*features: list[float]) -> list[dict]:
      "actions\\[1\\].features must be 2 numbers"),
     ({"features": [0.0, 0.0], "actions": candidates([1.0, 0.0], [1.0, {"x": 1}])},
      "actions\\[1\\].features must be 2 numbers"),
+    # (numbers only: not numbers' text, which numpy would read, nor bytes or None)
+    ({"features": [0.0, 0.0], "actions": candidates([1.0, 0.0], ["1.5", "2"])},
+     "actions\\[1\\].features must be 2 numbers"),
+    ({"features": [0.0, 0.0], "actions": candidates([1.0, 0.0], b"ab")},
+     "actions\\[1\\].features must be 2 numbers"),
+    ({"features": [0.0, 0.0], "actions": candidates([None, 0.0])},
+     "actions\\[0\\].features must be 2 numbers"),
+    ({"features": "12", "actions": candidates([1.0, 0.0])}, "'features' must be 2 numbers"),
     ({"features": [0.0, 0.0], "actions": [{"id": "a", "features": [1.0, 0.0]},
                                           {"id": 7, "features": [1.0, 0.0]}]},
      "actions\\[1\\] needs an 'id'"),
@@ -170,6 +178,29 @@ def test_bad_candidate_sets_are_refused(context: dict, message: str) -> None:
     with pytest.raises(LearnerError, match=message):
         learner.decide(context, np.random.default_rng(0))
     assert learner.schedule.decisions == 0
+
+
+def test_any_sequence_of_numbers_decides_alike_and_pending_state_is_json() -> None:
+    # The pending state keeps the context's own lists (ints as the application sent them):
+    # written to the state log as JSON and read back, it learns as the floats would.
+    as_ints = {"features": [1, -1], "actions": [{"id": "a", "features": [1, 0]},
+                                                {"id": "b", "features": [0, 1]}]}
+    as_floats = {"features": [1.0, -1.0], "actions": [{"id": "a", "features": [1.0, 0.0]},
+                                                      {"id": "b", "features": [0.0, 1.0]}]}
+    as_arrays = {"features": np.array([1.0, -1.0]),
+                 "actions": [{"id": "a", "features": (1.0, 0.0)},
+                             {"id": "b", "features": np.array([0.0, 1.0])}]}
+    states = []
+    for context in (as_ints, as_floats, as_arrays):
+        learner = make_learner("graph_cb", "squarecb", FORM)
+        for t in range(20):
+            decided = learner.decide(context, np.random.default_rng(t))
+            pending = decided.pending
+            if context is not as_arrays:
+                pending = json.loads(json.dumps(pending))
+            learner.learn(pending, {"losses": {decided.output["action_id"]: 0.1 * (t % 3)}})
+        states.append(json.dumps(learner.to_state()))
+    assert states[0] == states[1] == states[2]
 
 
 @pytest.mark.parametrize(("params", "message"), [

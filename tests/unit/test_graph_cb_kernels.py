@@ -101,6 +101,35 @@ def test_rls_step_is_the_sherman_morrison_update(low: float, high: float) -> Non
         kernels.rls_step(weights[:-1], inverse, vector, loss, low, high)
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_the_rls_pair_step_is_the_rls_step_on_the_pair_vector(bias: bool) -> None:
+    rng = np.random.default_rng(11)
+    shared, candidate = rng.normal(size=3), rng.normal(size=4)
+    vector = kernels.pair_vector(shared, candidate, bias)
+    weights, inverse = rng.normal(size=vector.size), np.eye(vector.size) / 2.0
+    expected_weights, expected_inverse = weights.copy(), inverse.copy()
+    kernels.rls_step(expected_weights, expected_inverse, vector, 0.3, -0.5, 0.5)
+    kernels.rls_pair_step(weights, inverse, shared, candidate, bias, 0.3, -0.5, 0.5)
+    assert weights.tolist() == expected_weights.tolist()
+    assert inverse.tolist() == expected_inverse.tolist()
+    with pytest.raises(ValueError, match="differ in size"):
+        kernels.rls_pair_step(weights, inverse, shared[:-1], candidate, bias, 0.3, -0.5, 0.5)
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_the_inverse_gap_decision_is_p_its_dec_and_the_draw(seed: int) -> None:
+    _, fhat, graph, gamma = random_case(seed)
+    uniform = float(np.random.default_rng(seed).random())
+    p, dec, action = kernels.inverse_gap_decision(fhat, graph, gamma, uniform)
+    expected = kernels.inverse_gap_weighting(fhat, gamma)
+    assert p.tolist() == expected.tolist()
+    assert dec == decision_estimation_coefficient(expected, fhat, graph, gamma)
+    assert action == kernels.draw(expected, uniform)
+    read_only = graph.copy()
+    read_only.flags.writeable = False  # (a named graph is)
+    assert kernels.inverse_gap_decision(fhat, read_only, gamma, uniform)[2] == action
+
+
 @pytest.mark.parametrize("seed", range(200))
 def test_sample_draws_what_generator_choice_draws(seed: int) -> None:
     p, _, _, _ = random_case(seed)
