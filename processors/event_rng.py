@@ -78,6 +78,46 @@ def pcg64_seed_words(seed: int, digest: int) -> np.ndarray:
     return words
 
 
+# PCG64's 128-bit multiplier (PCG_DEFAULT_MULTIPLIER_128), high and low words, and
+# numpy's double from 64 random bits: the top 53 over 2^53.
+_MULT_HIGH, _MULT_LOW = _U(0x2360ED051FC65DA4), _U(0x4385DF649FCCF645)
+_DOUBLE_SHIFT, _DOUBLE_SCALE = _U(11), 1.0 / 9007199254740992.0
+
+
+@njit("UniTuple(uint64, 2)(uint64, uint64, uint64, uint64)", cache=True)
+def _step(high: int, low: int, inc_high: int, inc_low: int) -> tuple[int, int]:
+    """PCG64's state step ``state * multiplier + inc`` modulo 2^128, on (high, low) words."""
+    # low * _MULT_LOW's high word, from 32-bit halves (no 128-bit integers here)
+    a_high, a_low = low >> _SHIFT32, low & _MASK32
+    b_high, b_low = _MULT_LOW >> _SHIFT32, _MULT_LOW & _MASK32
+    cross = a_high * b_low + ((a_low * b_low) >> _SHIFT32)
+    carry = (cross & _MASK32) + a_low * b_high
+    product_high = a_high * b_high + (cross >> _SHIFT32) + (carry >> _SHIFT32)
+    new_low = low * _MULT_LOW
+    new_high = product_high + high * _MULT_LOW + low * _MULT_HIGH
+    result_low = new_low + inc_low
+    return new_high + inc_high + (_U(1) if result_low < new_low else _ZERO), result_low
+
+
+@njit("float64(uint64, uint64)", cache=True)
+def first_uniform(seed: int, digest: int) -> float:
+    """The first ``random()`` of :func:`seeded_generator` ``(seed, digest)``, without building
+    it: PCG64 seeded with :func:`pcg64_seed_words` (state 0, increment ``2 inc + 1``, a step,
+    the seed state added, a step), one more step, its XSL-RR output, the top 53 bits."""
+    words = pcg64_seed_words(seed, digest)
+    inc_high = (words[2] << _U(1)) | (words[3] >> _U(63))
+    inc_low = (words[3] << _U(1)) | _U(1)
+    high, low = _step(_ZERO, _ZERO, inc_high, inc_low)
+    low += words[1]
+    high += words[0] + (_U(1) if low < words[1] else _ZERO)
+    high, low = _step(high, low, inc_high, inc_low)
+    high, low = _step(high, low, inc_high, inc_low)
+    rotation = high >> _U(58)
+    mixed = high ^ low
+    output = (mixed >> rotation) | (mixed << ((_U(64) - rotation) & _U(63)))
+    return float(output >> _DOUBLE_SHIFT) * _DOUBLE_SCALE
+
+
 class _SeedWords(ISeedSequence):
     """A seed sequence that hands PCG64 the words :func:`pcg64_seed_words` computed."""
 

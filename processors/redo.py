@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable
+from types import ModuleType
 from typing import Any, Protocol
 
 import numpy as np
@@ -28,35 +28,57 @@ def event_seed(seed: int, event_id: str) -> np.random.Generator:
     """The random generator of one decision: a function of the learner seed and event id,
     ``np.random.default_rng([seed, blake2b-64 of the id])``, seeded by a compiled kernel
     (:mod:`banditflow.processors.event_rng`)."""
-    digest = hashlib.blake2b(event_id.encode(), digest_size=8).digest()
-    return _seeded_generator()(seed, int.from_bytes(digest, "little"))
+    return _event_rng().seeded_generator(seed, _digest(event_id))
+
+
+def _digest(event_id: str) -> int:
+    return int.from_bytes(hashlib.blake2b(event_id.encode(), digest_size=8).digest(), "little")
 
 
 @functools.cache
-def _seeded_generator() -> Callable[[int, int], np.random.Generator]:
-    """:func:`banditflow.processors.event_rng.seeded_generator`, imported at the first draw,
-    so that only a learner that draws loads numba (an import statement in
-    :func:`event_seed` would cost a quarter of its time on every call)."""
-    from banditflow.processors.event_rng import seeded_generator
+def _event_rng() -> ModuleType:
+    """:mod:`banditflow.processors.event_rng`, imported at the first draw, so that only a
+    learner that draws loads numba (an import statement in :func:`event_seed` would cost a
+    quarter of its time on every call)."""
+    from banditflow.processors import event_rng
 
-    return seeded_generator
+    return event_rng
 
 
 class LazyGenerator:
     """Stands in for :func:`event_seed`'s generator and builds it on first use: deterministic
-    learners (SPS) never draw, and never pay for seeding (nor load numba for it)."""
+    learners (SPS) never draw, and never pay for seeding (nor load numba for it).
 
-    __slots__ = ("_event_id", "_generator", "_seed")
+    Most decisions that draw take a single uniform (graph_cb's draw of an action): the first
+    ``random()`` is computed without building the generator
+    (:func:`~banditflow.processors.event_rng.first_uniform`, a third of the generator's
+    cost); anything after it builds the generator and moves it past that draw, so every
+    value is the generator's own."""
+
+    __slots__ = ("_event_id", "_first_drawn", "_generator", "_seed")
 
     def __init__(self, seed: int, event_id: str) -> None:
         self._seed = seed
         self._event_id = event_id
         self._generator: np.random.Generator | None = None
+        self._first_drawn = False
+
+    def random(self, *args: Any, **kwargs: Any) -> Any:
+        """``Generator.random``."""
+        if self._generator is None and not self._first_drawn and not args and not kwargs:
+            self._first_drawn = True
+            return _event_rng().first_uniform(self._seed, _digest(self._event_id))
+        return self._built().random(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
+        return getattr(self._built(), name)
+
+    def _built(self) -> np.random.Generator:
         if self._generator is None:
             self._generator = event_seed(self._seed, self._event_id)
-        return getattr(self._generator, name)
+            if self._first_drawn:
+                self._generator.random()  # (the draw first_uniform gave)
+        return self._generator
 
 
 class Redoable(Protocol):

@@ -26,7 +26,7 @@ whole systems.
 What each tool's clock covers (wall clock of the learning loop, both in this process, on the
 same pre-built requests; JSON decoding of a record is in neither):
 
-* banditflow: per round, the worker's per-event generator (``event_seed``), ``decide`` on the
+* banditflow: per round, the worker's per-event generator (``LazyGenerator``), ``decide`` on the
   context as the application sends it (validating and converting the candidate set, scoring,
   p, the draw, the output and pending state), the feedback as the application sends it
   (losses keyed by item id) and ``learn`` (validating it, the oracle's update);
@@ -64,7 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from banditflow.learners.registry import make_learner
 from banditflow.offline.candidate_task import CandidateTask, Request
-from banditflow.processors.redo import event_seed
+from banditflow.processors.redo import LazyGenerator
 from tests.benchmarks.bench_graph_cb_vw import vw_graph
 
 GAMMA_SCALE = 10.0
@@ -119,7 +119,7 @@ def run_banditflow(kind: str, task: CandidateTask, requests: list[Request],
     played = []
     with Clock() as clock:
         for t, request in enumerate(requests):
-            decided = learner.decide(request.context, event_seed(seed, f"r{t}"))
+            decided = learner.decide(request.context, LazyGenerator(seed, f"r{t}"))
             action = decided.output["action"]
             learner.learn(decided.pending, {"losses": task.feedback(request, action)})
             played.append(action)
@@ -258,14 +258,12 @@ def round_steps(candidates: int = 27, seed: int = 0) -> list[tuple[str, float]]:
     bandit task: the table in docs/results/graph_cb_candidates.md."""
     import timeit
 
-    from banditflow.learners.graph_cb.base import sample
-
     task = task_for("bandit", 2_000, seed)
     requests = [task.request(t) for t in range(2_000)]
     learner = make_learner("graph_cb", "squarecb", {
         **task.params, "update": "rls", "gamma_schedule": "vw", "gamma_scale": GAMMA_SCALE})
     for t, request in enumerate(requests[:1_500]):
-        decided = learner.decide(request.context, event_seed(seed, f"r{t}"))
+        decided = learner.decide(request.context, LazyGenerator(seed, f"r{t}"))
         learner.learn(decided.pending,
                       {"losses": task.feedback(request, decided.output["action"])})
     request = next(r for r in requests[1_500:] if len(r.context["actions"]) == candidates)
@@ -273,24 +271,21 @@ def round_steps(candidates: int = 27, seed: int = 0) -> list[tuple[str, float]]:
     shared, offered = form.shared(context["features"]), form.offered(context["actions"])
     graph = learner.event_graph(None, candidates)
     fhat = oracle.predict_pairs(shared, offered.features)
-    p, _ = learner.distribution(fhat, graph, GAMMA_SCALE)
-    generator = event_seed(seed, "step")
-    decided = learner.decide(context, event_seed(seed, "step"))
+    decided = learner.decide(context, LazyGenerator(seed, "step"))
     feedback = {"losses": task.feedback(request, decided.output["action"])}
     played = np.asarray(decided.pending["candidates"][0], dtype=float)
     steps = {
-        "`event_seed`": lambda: event_seed(seed, "step"),
+        "the generator's draw (`LazyGenerator(...).random()`)":
+            lambda: LazyGenerator(seed, "step").random(),
         "`decide` (with its generator)": lambda: learner.decide(context,
-                                                                event_seed(seed, "step")),
+                                                                LazyGenerator(seed, "step")),
         "- shared features validated": lambda: form.shared(context["features"]),
         "- candidate set validated and converted (`CandidateForm.offered`)":
             lambda: form.offered(context["actions"]),
         "- the bandit graph over the set": lambda: learner.event_graph(None, candidates),
         "- scores (`predict_pairs`)": lambda: oracle.predict_pairs(shared, offered.features),
-        "- SquareCB's p and its dec": lambda: learner.distribution(fhat, graph, GAMMA_SCALE),
-        "- the draw": lambda: sample(p, generator),
-        "- pending state: the set as lists": lambda: (offered.features.tolist(),
-                                                       shared.tolist()),
+        "- SquareCB's p, its dec and the drawn action (`decision`, with its generator)":
+            lambda: learner.decision(fhat, graph, GAMMA_SCALE, LazyGenerator(seed, "step")),
         "`learn`": lambda: learner.learn(decided.pending, feedback),
         "- feedback validated": lambda: learner._revealed_losses(decided.pending, feedback),
         "- RLS on the played pair (`update_pair`)": lambda: oracle.update_pair(shared, played,

@@ -11,8 +11,13 @@ import sys
 import numpy as np
 import pytest
 
-from banditflow.processors.event_rng import _SeedWords, pcg64_seed_words, seeded_generator
-from banditflow.processors.redo import event_seed
+from banditflow.processors.event_rng import (
+    _SeedWords,
+    first_uniform,
+    pcg64_seed_words,
+    seeded_generator,
+)
+from banditflow.processors.redo import LazyGenerator, event_seed
 
 # Where the entropy's word count changes (0 is one word; 2^32 needs two) and the extremes.
 EDGES = [0, 1, 2**32 - 1, 2**32, 2**32 + 1, 2**63 - 1, 2**64 - 1]
@@ -39,6 +44,34 @@ def test_event_seed_is_default_rng_of_the_seed_and_the_ids_digest(seed: int,
     assert generator.bit_generator.state == expected.bit_generator.state
     assert generator.random(5).tolist() == expected.random(5).tolist()
     assert generator.choice(10, p=np.full(10, 0.1)) == expected.choice(10, p=np.full(10, 0.1))
+
+
+def test_the_first_uniform_is_the_generators_first_random() -> None:
+    draw = np.random.default_rng(7)
+    pairs = [(seed, digest) for seed in EDGES[:-1] for digest in EDGES]
+    pairs += [(int(draw.integers(0, 2**63)), int(draw.integers(0, 2**64, dtype=np.uint64)))
+              for _ in range(3_000)]
+    for seed, digest in pairs:
+        assert first_uniform(seed, digest) == np.random.default_rng([seed, digest]).random(), (
+            seed, digest)
+
+
+@pytest.mark.parametrize("calls", [
+    [("random",), ("random",), ("random", 3)],
+    [("random",), ("choice", 10), ("random",)],
+    [("random", 2), ("random",)],
+    [("integers", 5), ("random",)],
+    [("random",), ("normal",), ("random",)],
+])
+def test_the_lazy_generator_gives_the_generators_values_in_any_order(
+        calls: list[tuple]) -> None:
+    # Its first random() skips building the generator; whatever comes after must go on from
+    # the generator's own state.
+    lazy, real = LazyGenerator(3, "e9"), event_seed(3, "e9")
+    for name, *args in calls:
+        got, expected = getattr(lazy, name)(*args), getattr(real, name)(*args)
+        assert np.asarray(got).tolist() == np.asarray(expected).tolist(), (name, args)
+    assert lazy.bit_generator.state == real.bit_generator.state
 
 
 def test_generators_are_independent_objects() -> None:
