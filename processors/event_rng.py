@@ -13,8 +13,13 @@ hands them to PCG64, which asks a seed sequence for exactly these words. The gen
 identical, draw for draw (``tests/unit/test_event_rng.py`` compares them with numpy's on
 random and edge-case seeds), so decisions, replays and archived logs are unchanged.
 
-Imported at a learner's first draw (:func:`banditflow.processors.redo.event_seed`), not with
-the processors: a worker whose learners never draw (SPS) does not load numba.
+:func:`first_uniform` goes one step further for the worker's
+:class:`~banditflow.processors.redo.LazyGenerator`: the generator's first ``random()``, from
+the seed words, without building the generator (most decisions that draw take one uniform).
+
+Imported at a learner's first draw (:func:`banditflow.processors.redo.event_seed`,
+``LazyGenerator.random``), not with the processors: a worker whose learners never draw (SPS)
+does not load numba.
 """
 
 from __future__ import annotations

@@ -71,6 +71,8 @@ class LazyGenerator:
         return self._built().random(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # (a slot not set yet, e.g. on a copy: not the generator's)
+            raise AttributeError(name)
         return getattr(self._built(), name)
 
     def _built(self) -> np.random.Generator:

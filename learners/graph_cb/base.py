@@ -1,9 +1,11 @@
 """Shared event handling of the graph_cb family.
 
 Every algorithm predicts the K losses with a regression oracle, picks a gamma from its
-schedule, turns ``(fhat, G, gamma)`` into a distribution p (the only part subclasses
-implement: :meth:`GraphCBLearner.distribution`), samples the action from ``rng``, and later
-trains the oracle once on every revealed loss (unweighted square loss, no importance weights).
+schedule, turns ``(fhat, G, gamma)`` into a distribution p (the only part subclasses must
+implement: :meth:`GraphCBLearner.distribution`; :meth:`GraphCBLearner.decision`, p with its
+dec and the action drawn from ``rng``, may be overridden to compute the three in one
+compiled call, as SquareCB does), and later trains the oracle once on every revealed loss
+(unweighted square loss, no importance weights).
 
 Parameters common to all algorithms (declared in :mod:`banditflow.learners.graph_cb.params`):
 
@@ -199,10 +201,10 @@ class GraphCBLearner(Declared, Learner):
         fhat = self.oracle.predict_pairs(shared, offered.features)
         output, pending = self._decided(fhat, graph, True, rng)
         output["action_id"] = offered.ids[output["action"]]
-        # The candidates' and the shared features as the context gave them, validated above
-        # (finite numbers of the right shapes): learn converts the rows it needs.
-        pending |= {"features": features if self.form.feature_dim else [], "ids": offered.ids,
-                    "candidates": offered.rows}
+        # The candidates' and the shared features as the context gave them (JSON lists),
+        # validated above: learn converts the rows it needs.
+        pending |= {"features": features if type(features) in (list, tuple) else shared.tolist(),
+                    "ids": offered.ids, "candidates": offered.rows}
         if context.get("graph") is not None:
             pending["graph"] = graph.tolist()
         return Decided(output=output, pending=pending)

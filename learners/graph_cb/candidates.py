@@ -65,7 +65,7 @@ class Offered(NamedTuple):
 
     ids: list[str]
     features: np.ndarray
-    rows: list[Any]
+    rows: list[Any]  # JSON: the context's lists (or the array's, where arrays were given)
 
 
 def candidate_index(ids: list[str], key: str) -> int:
@@ -101,7 +101,7 @@ class CandidateForm:
     def shared(self, features: Any) -> np.ndarray:
         """The validated shared vector of a context (empty when D = 0)."""
         if self.feature_dim == 0:
-            if features is not None and _matrix([features], 0) is None:  # (not empty)
+            if features is not None and _rows([features], 0) is None:  # (not empty)
                 raise LearnerError("'features' given, but the learner's 'feature_dim' is 0 "
                                    "(no shared features)")
             return np.zeros(0)
@@ -125,9 +125,10 @@ class CandidateForm:
         # The whole set in one conversion (per-candidate checks in Python cost more than the
         # rest of a decision); only a set that fails it is gone through candidate by
         # candidate, to name the first bad one.
-        matrix = _matrix(rows, self.action_features)
-        if matrix is None or not all(map(isinstance, ids, repeat(str))):
+        converted = _rows(rows, self.action_features)
+        if converted is None or not all(map(isinstance, ids, repeat(str))):
             raise LearnerError(self._first_fault(actions))
+        matrix, rows = converted
         if not kernels.all_finite(matrix):
             bad = int(np.argmin(np.isfinite(matrix).all(axis=1)))
             raise LearnerError(f"actions[{bad}].features must be finite")
@@ -143,12 +144,9 @@ class CandidateForm:
         for position, action in enumerate(actions):
             if not isinstance(action, Mapping) or not isinstance(action.get("id"), str):
                 return f"actions[{position}] needs an 'id' (text) and 'features'"
-            features = action.get("features")
-            if (not isinstance(features, Sequence) or isinstance(features, str)
-                    or len(features) != self.action_features):
-                return f"actions[{position}].features must be {self.action_features} numbers"
             try:
-                _vector(features, self.action_features, f"actions[{position}].features")
+                _vector(action.get("features"), self.action_features,
+                        f"actions[{position}].features")
             except LearnerError as exc:
                 return str(exc)
         return (f"'actions' must be candidates {{\"id\": text, \"features\": "
@@ -156,25 +154,29 @@ class CandidateForm:
 
 
 def _vector(values: Any, size: int, name: str) -> np.ndarray:
-    matrix = _matrix([values], size)
-    if matrix is None:
+    converted = _rows([values], size)
+    if converted is None:
         raise LearnerError(f"{name} must be {size} numbers")
-    if not kernels.all_finite(matrix):
+    if not kernels.all_finite(converted[0]):
         raise LearnerError(f"{name} must be finite")
-    return matrix[0]
+    return converted[0][0]
 
 
 # What a candidate's or the shared features may be: JSON's arrays, and in-process callers'
-# tuples and arrays.
+# tuples and 1-d arrays.
 _SEQUENCES = frozenset((list, tuple, np.ndarray))
 
 
-def _matrix(rows: list[Any], width: int) -> np.ndarray | None:
-    """``rows``, sequences of ``width`` numbers each, as a len(rows) x ``width`` float array;
-    None if they are not that. (struct packs the numbers into the array in one call, at a
-    third of the cost of ``np.array``, which first inspects every element for the shape and
-    type it already knows; a row of text is refused, not read as its characters.)"""
-    if (not _SEQUENCES.issuperset(map(type, rows))
+def _rows(rows: list[Any], width: int) -> tuple[np.ndarray, list[Any]] | None:
+    """``rows``, sequences of ``width`` numbers each, as a len(rows) x ``width`` float array,
+    and as JSON (``rows`` themselves, or the array's lists where arrays were given); None if
+    they are not that. (struct packs the numbers into the array in one call, at a third of
+    the cost of ``np.array``, which first inspects every element for the shape and type it
+    already knows; a row of text is refused, not read as its characters.)"""
+    kinds = set(map(type, rows))
+    arrays = np.ndarray in kinds
+    if (not kinds <= _SEQUENCES
+            or (arrays and any(row.ndim != 1 for row in rows if type(row) is np.ndarray))
             or list(map(len, rows)).count(width) != len(rows)):
         return None
     matrix = np.empty((len(rows), width))
@@ -182,4 +184,4 @@ def _matrix(rows: list[Any], width: int) -> np.ndarray | None:
         struct.pack_into(f"{matrix.size}d", matrix, 0, *chain.from_iterable(rows))
     except struct.error:  # (not a real number: text, None, a list, an int beyond float)
         return None
-    return matrix
+    return matrix, matrix.tolist() if arrays else rows

@@ -74,6 +74,16 @@ def test_the_lazy_generator_gives_the_generators_values_in_any_order(
     assert lazy.bit_generator.state == real.bit_generator.state
 
 
+def test_a_lazy_generator_copies_and_pickles_with_its_first_draw() -> None:
+    import copy
+    import pickle
+
+    lazy = LazyGenerator(3, "e9")
+    first = lazy.random()
+    for other in (copy.copy(lazy), copy.deepcopy(lazy), pickle.loads(pickle.dumps(lazy))):
+        assert other.random() == event_seed(3, "e9").random(2)[1] != first
+
+
 def test_generators_are_independent_objects() -> None:
     # A redo log keeps the generators of several decisions alive at once: one drawing must not
     # move another.

@@ -162,6 +162,13 @@ def candidates(*features: list[float]) -> list[dict]:
     ({"features": [0.0, 0.0], "actions": candidates([None, 0.0])},
      "actions\\[0\\].features must be 2 numbers"),
     ({"features": "12", "actions": candidates([1.0, 0.0])}, "'features' must be 2 numbers"),
+    # (in-process callers' arrays: one-dimensional ones only)
+    ({"features": [0.0, 0.0], "actions": candidates(np.zeros((2, 1)))},
+     "actions\\[0\\].features must be 2 numbers"),
+    ({"features": np.float64(1.0), "actions": candidates([1.0, 0.0])},
+     "'features' must be 2 numbers"),
+    ({"features": np.array(1.0), "actions": candidates([1.0, 0.0])},
+     "'features' must be 2 numbers"),
     ({"features": [0.0, 0.0], "actions": [{"id": "a", "features": [1.0, 0.0]},
                                           {"id": 7, "features": [1.0, 0.0]}]},
      "actions\\[1\\] needs an 'id'"),
@@ -195,9 +202,7 @@ def test_any_sequence_of_numbers_decides_alike_and_pending_state_is_json() -> No
         learner = make_learner("graph_cb", "squarecb", FORM)
         for t in range(20):
             decided = learner.decide(context, np.random.default_rng(t))
-            pending = decided.pending
-            if context is not as_arrays:
-                pending = json.loads(json.dumps(pending))
+            pending = json.loads(json.dumps(decided.pending))
             learner.learn(pending, {"losses": {decided.output["action_id"]: 0.1 * (t % 3)}})
         states.append(json.dumps(learner.to_state()))
     assert states[0] == states[1] == states[2]

@@ -130,6 +130,25 @@ def test_the_inverse_gap_decision_is_p_its_dec_and_the_draw(seed: int) -> None:
     assert kernels.inverse_gap_decision(fhat, read_only, gamma, uniform)[2] == action
 
 
+@pytest.mark.parametrize("algorithm", ["squarecb", "epsilon_greedy"])
+def test_the_decision_is_the_distribution_and_the_draw(algorithm: str) -> None:
+    # SquareCB computes its decision in one compiled call: it must stay what distribution()
+    # says p is, with the draw sample() makes. (SquareCB.G's solver is warm-started from its
+    # last call, so two calls differ; it keeps the default decision.)
+    from banditflow.learners.registry import make_learner
+
+    learner = make_learner("graph_cb", algorithm, {"actions": 6, "feature_dim": 2,
+                                                   "graph_kind": "cops_and_robbers"})
+    for seed in range(30):
+        _, fhat, _, gamma = random_case(seed)
+        fhat = fhat[:6] if fhat.size >= 6 else np.resize(fhat, 6)
+        p, dec, action = learner.decision(fhat, learner.graph, gamma,
+                                          np.random.default_rng([seed, 2]))
+        expected, expected_dec = learner.distribution(fhat, learner.graph, gamma)
+        assert p.tolist() == expected.tolist() and dec == expected_dec
+        assert action == sample(expected, np.random.default_rng([seed, 2]))
+
+
 @pytest.mark.parametrize("seed", range(200))
 def test_sample_draws_what_generator_choice_draws(seed: int) -> None:
     p, _, _, _ = random_case(seed)
