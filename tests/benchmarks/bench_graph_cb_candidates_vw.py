@@ -46,6 +46,9 @@ offered before its release): how each scores items first seen late.
 
 Run: ``make bench`` (pytest -s: the full sizes), or ``python
 tests/benchmarks/bench_graph_cb_candidates_vw.py [--rounds N] [--vw-budget S] [--seeds 0,1]``.
+Where a round's time goes: ``--steps`` (CPU time of each step) and ``--instructions 1000``
+(instructions per round, counted by valgrind: the measure to compare two versions of the code
+by on a machine whose clock is shared).
 """
 
 from __future__ import annotations
@@ -111,18 +114,29 @@ class Clock:
         return time.perf_counter() - self.started[0]
 
 
+def banditflow_learner(kind: str, task: CandidateTask) -> Any:
+    algorithm = "squarecb_g" if kind == "graph" else "squarecb"
+    return make_learner("graph_cb", algorithm, {
+        **task.params, "update": "rls", "gamma_schedule": "vw", "gamma_scale": GAMMA_SCALE})
+
+
+def play(learner: Any, task: CandidateTask, requests: list[Request], seed: int,
+         first: int = 0) -> list[int]:
+    """banditflow's rounds ``first``, ``first + 1``, ... on ``requests``: the actions played."""
+    played = []
+    for t, request in enumerate(requests, start=first):
+        decided = learner.decide(request.context, LazyGenerator(seed, f"r{t}"))
+        action = decided.output["action"]
+        learner.learn(decided.pending, {"losses": task.feedback(request, action)})
+        played.append(action)
+    return played
+
+
 def run_banditflow(kind: str, task: CandidateTask, requests: list[Request],
                    seed: int) -> dict[str, Any]:
-    algorithm = "squarecb_g" if kind == "graph" else "squarecb"
-    learner = make_learner("graph_cb", algorithm, {
-        **task.params, "update": "rls", "gamma_schedule": "vw", "gamma_scale": GAMMA_SCALE})
-    played = []
+    learner = banditflow_learner(kind, task)
     with Clock() as clock:
-        for t, request in enumerate(requests):
-            decided = learner.decide(request.context, LazyGenerator(seed, f"r{t}"))
-            action = decided.output["action"]
-            learner.learn(decided.pending, {"losses": task.feedback(request, action)})
-            played.append(action)
+        played = play(learner, task, requests, seed)
     return record(played, requests, clock)
 
 
@@ -295,6 +309,41 @@ def round_steps(candidates: int = 27, seed: int = 0) -> list[tuple[str, float]]:
              / 3_000 * 1e6) for name, step in steps.items()]
 
 
+def instructions_per_round(rounds: int = 1_000, seed: int = 0) -> float:
+    """Instructions a banditflow round of the bandit task executes (generator, decide, the
+    feedback, learn), counted by valgrind's callgrind over ``rounds`` rounds that follow as
+    many uncounted ones: the same count run after run, where the clock of a shared machine
+    moves by a third (needs valgrind, Debian's ``valgrind``). The two ``callgrind_control``
+    calls that open and close the window are counted too, under 0.5 % of it."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "callgrind.out"
+        subprocess.run(["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                        f"--callgrind-out-file={out}", sys.executable, __file__,
+                        "--instruction-window", str(rounds), "--seeds", str(seed)],
+                       check=True, capture_output=True)
+        totals = next(line for line in out.read_text().splitlines()
+                      if line.startswith("totals:"))
+    return int(totals.split()[1]) / rounds
+
+
+def instruction_window(rounds: int, seed: int) -> None:
+    """(Run by :func:`instructions_per_round`, inside valgrind.) ``2 rounds`` rounds of the
+    bandit task, callgrind's instrumentation on for the second half only."""
+    import subprocess
+
+    task = task_for("bandit", 2 * rounds, seed)
+    requests = [task.request(t) for t in range(2 * rounds)]
+    learner = banditflow_learner("bandit", task)
+    play(learner, task, requests[:rounds], seed)
+    control = ["callgrind_control", "-i"]
+    subprocess.run([*control, "on", str(os.getpid())], check=True, capture_output=True)
+    play(learner, task, requests[rounds:], seed, first=rounds)
+    subprocess.run([*control, "off", str(os.getpid())], check=True, capture_output=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=10_000)
@@ -306,7 +355,19 @@ def main() -> int:
                         help="alternating runs of each tool per seed (default: %(default)s)")
     parser.add_argument("--steps", action="store_true",
                         help="instead: the CPU time of each step of a round (27 candidates)")
+    parser.add_argument("--instructions", type=int, metavar="ROUNDS",
+                        help="instead: instructions per banditflow round of the bandit task, "
+                        "over ROUNDS rounds after as many more (valgrind)")
+    parser.add_argument("--instruction-window", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.instruction_window:
+        instruction_window(args.instruction_window, int(args.seeds))
+        return 0
+    if args.instructions:
+        per_round = instructions_per_round(args.instructions, int(args.seeds))
+        print(f"{per_round:,.0f} instructions per round (seed {args.seeds}, "
+              f"{args.instructions} rounds after {args.instructions})")
+        return 0
     if args.steps:
         print("| step (27 candidates) | CPU µs |\n|---|---|")
         for name, micros in round_steps():
