@@ -70,8 +70,10 @@ class Offered(NamedTuple):
 
 def candidate_index(ids: list[str], key: str) -> int:
     """The position of the candidate a feedback key names: its id, else its index."""
-    if key in ids:
+    try:
         return ids.index(key)
+    except ValueError:  # (not an id)
+        pass
     try:
         index = int(key)
     except ValueError:
@@ -154,12 +156,18 @@ class CandidateForm:
 
 
 def _vector(values: Any, size: int, name: str) -> np.ndarray:
-    converted = _rows([values], size)
-    if converted is None:
+    """``values``, ``size`` finite numbers, as an array (one row of :func:`_rows`)."""
+    kind = type(values)
+    if kind not in _SEQUENCES or (kind is np.ndarray and values.ndim != 1) or len(values) != size:
         raise LearnerError(f"{name} must be {size} numbers")
-    if not kernels.all_finite(converted[0]):
+    vector = np.empty(size)
+    try:
+        struct.pack_into(f"{size}d", vector, 0, *values)
+    except struct.error:
+        raise LearnerError(f"{name} must be {size} numbers") from None
+    if not kernels.all_finite(vector):
         raise LearnerError(f"{name} must be finite")
-    return converted[0][0]
+    return vector
 
 
 # What a candidate's or the shared features may be: JSON's arrays, and in-process callers'
