@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -45,6 +46,12 @@ def _die_with_parent(parent_pid: int) -> None:
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
     if os.getppid() != parent_pid:
         os._exit(1)
+
+
+def dying_with_this_process() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes a child process die with this one (Linux; None elsewhere,
+    where the child outlives a killed parent): see :func:`_die_with_parent`."""
+    return functools.partial(_die_with_parent, os.getpid()) if sys.platform == "linux" else None
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -187,11 +194,7 @@ class EmbeddedBroker:
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
-            preexec_fn=(
-                functools.partial(_die_with_parent, os.getpid())
-                if sys.platform == "linux"
-                else None
-            ),
+            preexec_fn=dying_with_this_process(),
         )
         try:
             # Its own listener first: behind a TLS terminator, a handshake made before the

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from banditflow.offline.environments import applications
-from banditflow.streams.broker import EmbeddedBroker, port_open
+from banditflow.streams.broker import EmbeddedBroker, dying_with_this_process, port_open
 from banditflow.streams.cli import add_kafka_connection
 from banditflow.streams.scrape import fetch, value
 from banditflow.streams.simulate import (
@@ -45,7 +45,8 @@ def start_worker(
     extra_args: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
     """A worker process (the BANDITFLOW_KAFKA_* variables reach it through the
-    environment, ``kafka_config`` as its --kafka-config)."""
+    environment, ``kafka_config`` as its --kafka-config) that dies with this one: a demo
+    killed (a kill -9, a test's timeout) must not leave it running."""
     command = [
         sys.executable,
         "-m",
@@ -67,7 +68,8 @@ def start_worker(
         *extra_args,
     ]
     with open(log_path, "ab") as log:
-        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                preexec_fn=dying_with_this_process())
 
 
 def wait_until_ready(process: subprocess.Popen[bytes], web_port: int, timeout_s: float) -> None:

@@ -6,6 +6,8 @@ recent figures), and the report's plots exist."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -56,3 +58,55 @@ def test_demo_shows_convergence_for_every_family(tmp_path: Path) -> None:
     for image in ("regret.png", "conformal.png", "budget.png"):
         assert (report.parent / image).stat().st_size > 10_000, image
     assert "regret.png" in report.read_text()
+
+
+def children(pid: int) -> dict[int, str]:
+    """The processes whose parent is ``pid``: their command lines."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                command = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ")
+                found[int(stat.parent.name)] = command.decode(errors="replace")
+        except (OSError, IndexError, ValueError):  # (gone meanwhile)
+            continue
+    return found
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie waiting to be reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a child dies with its parent on Linux")
+def test_a_killed_demo_takes_its_worker_and_broker_with_it(tmp_path: Path) -> None:
+    # A demo killed (kill -9, a test's timeout) used to leave its worker running on: it held
+    # its web port and a core.
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "banditflow.streams.cli", "demo", "--out", str(tmp_path),
+         "--port", str(free_port()), "--web-port", str(free_port())],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    spawned: dict[int, str] = {}
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(
+                " worker " in command for command in spawned.values()):
+            spawned = children(demo.pid)
+            time.sleep(0.2)
+        assert any(" worker " in command for command in spawned.values()), spawned
+        assert len(spawned) == 2, spawned  # (the embedded broker and the worker)
+        demo.kill()
+        demo.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(map(running, spawned)):
+            time.sleep(0.1)
+        assert not any(map(running, spawned)), {p: c for p, c in spawned.items() if running(p)}
+    finally:
+        demo.kill()
+        for pid in spawned:
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
