@@ -312,7 +312,7 @@ def round_steps(candidates: int = 27, seed: int = 0) -> list[tuple[str, float]]:
 def instructions_per_round(rounds: int = 1_000, seed: int = 0) -> float:
     """Instructions a banditflow round of the bandit task executes (generator, decide, the
     feedback, learn), counted by valgrind's callgrind over ``rounds`` rounds that follow as
-    many uncounted ones: the same count run after run, where the clock of a shared machine
+    many uncounted ones: within 1 % run after run, where the clock of a shared machine
     moves by a third (needs valgrind, Debian's ``valgrind``). The two ``callgrind_control``
     calls that open and close the window are counted too, under 0.5 % of it."""
     import subprocess
