@@ -13,14 +13,25 @@ this order:
    ``unpublishable`` dead letter: retrying it would stop every later commit);
 3. **offsets**: the group is told how far each partition got (lag monitoring only).
 
+**Pipelined.** A commit's outputs are sent as soon as its state is acknowledged, and the
+next commit's state goes in the same produce request: :meth:`Committer.commit` sends the
+outputs of the commit written before (when a send failed), then the state of the next one,
+and only then waits, for both. So back-to-back commits cost one broker round trip each, not
+two, and a decision waits for a round trip less behind the commit in flight (issue 26: the
+producer sends one request per broker at a time, so what is enqueued while one is out waits
+for its answer). The state record of a commit cut while the outputs of the task's previous
+one are not acknowledged says so (``republish_previous``): a recovery publishes the outputs
+of both again.
+
 Dead letters are thus written (in the state record) before the state is acknowledged and
 published after it, with the decisions: a fenced former owner's never go out. A commit that
 fails halfway (the broker is gone) is taken up again by the next :meth:`Committer.commit`,
 with the same records, before anything new is cut: a cut's changes exist nowhere else, and
 its outputs must go out before a later commit hides them. A crash instead loses the
-unfinished commit's memory: recovery reads the state log back and publishes the last
-commit's outbox and dead letters again (:meth:`Committer.republish`), so a crash redoes at
-most one commit's outputs, identical, and applies no input twice.
+unfinished commits' memory: recovery reads the state log back and publishes the last
+commit's outbox and dead letters again, and those of the one before it when the last says
+so (:meth:`Committer.republish`), so a crash redoes at most two commits' outputs, identical,
+and applies no input twice.
 """
 
 from __future__ import annotations
@@ -28,8 +39,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Generator, Iterable
+from typing import Any, Protocol
 
 from banditflow.processors import Source
 from banditflow.processors.records import dead_letter
@@ -61,6 +72,17 @@ class Producer(Protocol):
     async def send(
         self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None
     ) -> Awaitable[Ack]: ...
+
+
+class _Sent:
+    """A sent output's acknowledgement, with what was sent: a record the broker refuses is
+    replaced by a dead letter that keeps its beginning."""
+
+    def __init__(self, topic: str, value: bytes, ack: Awaitable[Ack]) -> None:
+        self.topic, self.value, self.ack = topic, value, ack
+
+    def __await__(self) -> Generator[Any, None, Ack]:
+        return self.ack.__await__()
 
 
 class GroupProgress(Protocol):
@@ -102,8 +124,14 @@ class Committer:
         self.fenced = fenced
         # One commit at a time; held too by whoever drops tasks (their commits with them).
         self.lock = asyncio.Lock()
-        self.unfinished: list[PendingCommit] = []  # a commit that failed halfway
+        self.unfinished: list[PendingCommit] = []  # cut, state not acknowledged
+        self.publishing: list[PendingCommit] = []  # written, outputs not acknowledged
         self.stopped = False
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether outputs of written commits are not acknowledged yet (see :meth:`settle`)."""
+        return bool(self.publishing)
 
     def stop_writes(self) -> None:
         """Write nothing more, not even the commit not finished: the broker lost the state,
@@ -111,58 +139,103 @@ class Committer:
         builds on, and confuse the worker started there next."""
         self.stopped = True
         self.unfinished = []
+        self.publishing = []
 
     def drop(self, numbers: set[int]) -> None:
         """Forget the unfinished commits of partitions ``numbers`` (their state is read back
-        from the log; call with :attr:`lock` held, or where no commit runs)."""
+        from the log, and a recovery publishes their last outputs again; call with
+        :attr:`lock` held, or where no commit runs)."""
         self.unfinished = [c for c in self.unfinished if c.task.number not in numbers]
+        self.publishing = [c for c in self.publishing if c.task.number not in numbers]
 
     async def commit(self, cut: Callable[[], list[PendingCommit]]) -> list[PendingCommit]:
-        """Take up the unfinished commit, else commit what ``cut()`` returns; the commits
-        written and published (each task told so). Exceptions of the producer other than
-        ``refused`` ones leave the commit unfinished, for the next call."""
+        """Take up the unfinished commit, else write what ``cut()`` returns, while the
+        outputs of the commit written before go out; the commits whose outputs are now
+        acknowledged (each task told so). This commit's outputs are sent, not awaited: the
+        next call, or :meth:`settle`, waits for them. Exceptions of the producer other than
+        ``refused`` ones leave the commits unfinished, for the next call."""
         async with self.lock:
             if self.stopped:
                 return []
             if not self.unfinished:
                 self.unfinished = cut()
-            commits = self.unfinished
-            if not commits:
-                return []
-            unwritten = [c for c in commits if not c.written]
-            for commit, offsets in zip(unwritten, await self._send_state(unwritten),
-                                       strict=True):
-                commit.written = commit.task.log.acked(offsets) or await (
-                    self._write_past_stale(commit, offsets)
-                )
-                if not commit.written:
-                    self.fenced(commit.task)
-            written = [c for c in commits if c.written]
-            await self._publish(self._outputs(
-                (c.task.number, c.decisions, c.dead_letters) for c in written
-            ))
-            self.unfinished = []
+            unwritten = [c for c in self.unfinished if not c.written]
+            state_acks = [await self._send_state(commit) for commit in unwritten]
+            if all(c.acks is not None for c in self.publishing):
+                published = await self._await_outputs()
+                await self._land(unwritten, state_acks)
+            else:
+                # After a failure: where the state lands first. Its record may have landed
+                # the first time, so this one lands elsewhere, the task is fenced and a
+                # recovery publishes the outputs in flight again: they must not also be
+                # sent again here (a third time).
+                await self._land(unwritten, state_acks)
+                for commit in self.publishing:
+                    if commit.acks is None:
+                        commit.acks = await self._send_outputs(commit)
+                published = await self._await_outputs()
+            written = [c for c in self.unfinished if c.written]
+            self.unfinished, self.publishing = [], written
             for commit in written:
-                commit.task.committed(commit)
-            self.offsets.commit({c.task.number: c.marks for c in written})
-            return written
+                commit.task.written(commit)
+                commit.acks = await self._send_outputs(commit)
+            return published
+
+    async def _land(self, commits: list[PendingCommit], acks: list[list[Awaitable[Ack]]]) -> None:
+        """Wait for the state records of ``commits``; those that landed where their task
+        expected are written, the others' tasks fenced."""
+        for commit, sent in zip(commits, acks, strict=True):
+            offsets = [(await ack).offset for ack in sent]
+            commit.written = commit.task.log.acked(offsets) or await (
+                self._write_past_stale(commit, offsets)
+            )
+            if not commit.written:
+                self.fenced(commit.task)
+
+    async def outputs_acknowledged(self) -> None:
+        """Return once the outputs in flight are acknowledged or failed, leaving them to
+        :meth:`commit` or :meth:`settle` (the acknowledgements are asyncio futures, as
+        aiokafka's are: waiting for them here consumes nothing)."""
+        futures = [
+            asyncio.ensure_future(ack.ack if isinstance(ack, _Sent) else ack)
+            for commit in self.publishing for ack in commit.acks or ()
+        ]
+        if futures:
+            await asyncio.wait(futures)
+
+    async def settle(self) -> list[PendingCommit]:
+        """Wait for the outputs in flight; the commits whose outputs are now acknowledged.
+        After a failure, nothing: the next :meth:`commit` takes the commits up."""
+        async with self.lock:
+            if self.stopped or self.unfinished or any(c.acks is None for c in self.publishing):
+                return []
+            return await self._await_outputs()
 
     async def close_outboxes(self, tasks: Iterable[PartitionTask]) -> None:
-        """Before partitions leave cleanly: after a last commit that published outputs,
-        write one more, empty, so that the next owner does not publish them again (it does
-        when a worker died, not knowing whether they went out)."""
+        """Before partitions leave cleanly: once the last commit's outputs are out, write
+        one more, empty, so that the next owner does not publish them again (it does when a
+        worker died, not knowing whether they went out)."""
+        await self.settle()
         async with self.lock:
-            if self.unfinished or self.stopped:
+            if self.unfinished or self.publishing or self.stopped:
                 return  # (the last commit did not complete: its outputs must go again)
             commits = [c for task in tasks if (c := task.empty_commit()) is not None]
-            for commit, offsets in zip(commits, await self._send_state(commits), strict=True):
-                if commit.task.log.acked(offsets):
+            for commit in commits:
+                commit.acks = await self._send_state(commit)
+            for commit in commits:
+                assert commit.acks is not None
+                if commit.task.log.acked([(await ack).offset for ack in commit.acks]):
                     commit.task.committed(commit)
 
-    async def republish(self, number: int, last: Commit) -> None:
-        """Publish again partition ``number``'s last commit's outputs, read back from its
+    async def republish(self, number: int, outputs: list[Commit]) -> None:
+        """Publish again partition ``number``'s last commits' outputs, read back from its
         state log (a recovery: they may not have gone out before a crash)."""
-        await self._publish(self._outputs([(number, last.outbox, last.dead_letters)]))
+        sent = [
+            await self._send(topic, number, value)
+            for commit in outputs
+            for topic, value in self._outputs(commit.outbox, commit.dead_letters)
+        ]
+        await self._acknowledged(sent, number)
 
     async def claim(self, task: PartitionTask) -> bool:
         """Write ``task``'s claim (a new epoch, fencing former owners); whether it landed
@@ -177,46 +250,68 @@ class Committer:
         return task.log.acked([(await ack).offset for ack in acks])
 
     def _outputs(
-        self, commits: Iterable[tuple[int, list[str], list[str]]]
-    ) -> Iterable[tuple[str, int, bytes]]:
-        """The records (topic, partition, value) that publish (partition, decisions, dead
-        letters)."""
-        for number, decisions, dead_letters in commits:
-            for value in decisions:
-                yield self.topics.decisions, number, value.encode()
-            for value in dead_letters:
-                yield self.topics.deadletter, number, value.encode()
+        self, decisions: list[str], dead_letters: list[str]
+    ) -> Iterable[tuple[str, bytes]]:
+        """The records (topic, value) that publish ``decisions`` and ``dead_letters``."""
+        for value in decisions:
+            yield self.topics.decisions, value.encode()
+        for value in dead_letters:
+            yield self.topics.deadletter, value.encode()
 
-    async def _send_state(self, commits: list[PendingCommit]) -> list[list[int]]:
-        acks = [
-            [
-                await self.producer.send(self.state_topic, value, key,
-                                         partition=commit.task.number)
-                for key, value in commit.state
-            ]
-            for commit in commits
+    async def _send_state(self, commit: PendingCommit) -> list[Awaitable[Ack]]:
+        return [
+            await self.producer.send(self.state_topic, value, key, partition=commit.task.number)
+            for key, value in commit.state
         ]
-        return [[(await ack).offset for ack in batch] for batch in acks]
 
-    async def _publish(self, records: Iterable[tuple[str, int, bytes]]) -> None:
-        """Produce ``records`` and wait for every ack; one the broker can never take is
-        replaced by a dead letter saying so."""
-        sent = []
-        for topic, partition, value in records:
+    async def _send_outputs(self, commit: PendingCommit) -> list[Awaitable[Ack]]:
+        """Send ``commit``'s outputs; their acknowledgements, to await."""
+        return [
+            await self._send(topic, commit.task.number, value)
+            for topic, value in self._outputs(commit.decisions, commit.dead_letters)
+        ]
+
+    async def _await_outputs(self) -> list[PendingCommit]:
+        """Wait for the acknowledgements of :attr:`publishing`, then tell the tasks and the
+        group; the commits so published. On a failure, the commits stay, to be sent again."""
+        published = self.publishing
+        for commit in published:
+            assert commit.acks is not None
             try:
-                ack = await self.producer.send(topic, value, partition=partition)
-            except Exception as exc:
-                if not self.refused(exc):
-                    raise
-                ack = await self._unpublishable(topic, partition, value, exc)
-            sent.append((topic, partition, value, ack))
-        for topic, partition, value, ack in sent:
+                await self._acknowledged(commit.acks, commit.task.number)
+            except BaseException:
+                for unsent in published:
+                    unsent.acks = None
+                raise
+        self.publishing = []
+        published_at = time.time()
+        for commit in published:
+            commit.published_at = published_at
+            commit.task.committed(commit)
+        if published:
+            self.offsets.commit({c.task.number: c.marks for c in published})
+        return published
+
+    async def _send(self, topic: str, partition: int, value: bytes) -> Awaitable[Ack]:
+        """Send one output record; one the broker can never take is replaced by a dead
+        letter saying so."""
+        try:
+            return _Sent(topic, value, await self.producer.send(topic, value,
+                                                                partition=partition))
+        except Exception as exc:
+            if not self.refused(exc):
+                raise
+            return await self._unpublishable(topic, partition, value, exc)
+
+    async def _acknowledged(self, acks: list[Awaitable[Ack]], partition: int) -> None:
+        """Await ``acks``; a record the broker refused is replaced by a dead letter saying so."""
+        for ack in acks:
             try:
                 await ack
             except Exception as exc:
-                if not self.refused(exc):
+                if not self.refused(exc) or not isinstance(ack, _Sent):
                     raise
-                await (await self._unpublishable(topic, partition, value, exc))
+                await (await self._unpublishable(ack.topic, partition, ack.value, exc))
 
     async def _unpublishable(
         self, topic: str, partition: int, value: bytes, exc: Exception
@@ -247,7 +342,7 @@ class Committer:
         if keys is None or not writer.stale_only(keys):
             return False
         commit.state = writer.rewrite(end)
-        (landed,) = await self._send_state([commit])
+        landed = [(await ack).offset for ack in await self._send_state(commit)]
         if not writer.acked(landed):
             return False
         log.info("partition %d: %d record(s) of a former owner came before this commit; "

@@ -12,9 +12,9 @@ the committer (streams/committer.py) writes and publishes, the worker feeds it r
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from banditflow.processors import Emitted, PartitionStore, Processor, Source, StreamTimes
 from banditflow.processors.records import dead_letter
@@ -64,6 +64,9 @@ class PendingCommit:
     marks: dict[str, int]
     learners: list[str]  # whose entries the commit writes (their gauges changed)
     written: bool = False  # the state log acknowledged ``state`` where this owner expected
+    acks: list[Awaitable[Any]] | None = None  # of the records in flight (the committer's)
+    cut_at: float = 0.0  # wall clock
+    published_at: float = 0.0  # wall clock, once the outputs are acknowledged
 
 
 class PartitionTask:
@@ -103,6 +106,10 @@ class PartitionTask:
         # The last commit in the log carries decisions or dead letters: a new owner would
         # publish them again, unless an empty commit follows (Committer.close_outboxes).
         self.outbox_open = False
+        # A written commit's outputs are not acknowledged yet: the next commit's record says
+        # so, and a recovery from it publishes them again (a pipelined commit, see
+        # streams/committer.py).
+        self.outputs_in_flight = False
         handlers = self.processor
         self.handlers = {
             "learners": lambda key, raw, src: handlers.on_config(key, raw, src, self.now),
@@ -188,7 +195,8 @@ class PartitionTask:
         marks = dict(self.marks)
         dead_json = [d.model_dump_json() for d in dead]
         state = self.log.commit(
-            processor.store, changes, marks, dict(self.clock), decisions, dead_json
+            processor.store, changes, marks, dict(self.clock), decisions, dead_json,
+            republish_previous=self.outputs_in_flight,
         )
         return PendingCommit(self, state, decisions, context_ts, decided_at, dead_json,
                              [d.reason for d in dead], marks, learners)
@@ -223,7 +231,12 @@ class PartitionTask:
         self.sink.forget(*self.processor.store.learners)
         self.sink.forget_partition(self.number)
 
+    def written(self, commit: PendingCommit) -> None:
+        """``commit`` is in the state log; its outputs go out now."""
+        self.outputs_in_flight = bool(commit.decisions or commit.dead_letters)
+
     def committed(self, commit: PendingCommit) -> None:
         """``commit`` is in the state log and its outputs are published."""
         self.committed_marks = commit.marks
         self.outbox_open = bool(commit.decisions or commit.dead_letters)
+        self.outputs_in_flight = False

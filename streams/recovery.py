@@ -2,8 +2,9 @@
 what the worker does when the broker lost the state.
 
 :func:`restore` is the broker-free core (unit-tested on a simulated log,
-tests/unit/test_committer.py): the last commit's outputs are published again (a crash may
-have kept them from going out: a crash redoes at most one commit's, identical), then the
+tests/unit/test_committer.py): the last commit's outputs are published again, and the
+previous commit's when the last says they were in flight as it was written (a crash may have
+kept them from going out: a crash redoes at most two commits' outputs, identical), then the
 new owner's claim is written, a new epoch that every reader prefers to the records of older
 ones (a former owner's late writes).
 
@@ -49,13 +50,23 @@ async def restore(
     reader: LogReader, task: PartitionTask, committer: Committer, current: Callable[[], bool]
 ) -> bool:
     """Make ``task``, built from ``reader``, its partition's owner: publish the last commit's
-    outputs again unless it was a claim (which has none), then claim. Whether the claim
-    landed where expected while ``current()`` still held (the assignment unchanged)."""
+    outputs again unless it was a claim (which has none), and the commit's before it when
+    the last says so (a pipelined commit), then claim. Whether the claim landed where
+    expected while ``current()`` still held (the assignment unchanged)."""
     last = reader.last
     if not current():
         return False
     if last is not None and not last.claim:
-        await committer.republish(task.number, last)
+        again = [last]
+        if last.republish_previous:
+            if reader.previous is None:  # (a writer starts snapshots early to prevent this)
+                raise StateLogError(
+                    f"state log partition {task.number}: its last commit says the outputs "
+                    "of the one before it may not be out, but the log read has no commit "
+                    "before it: it is damaged"
+                )
+            again.insert(0, reader.previous)
+        await committer.republish(task.number, again)
     return current() and await committer.claim(task)
 
 

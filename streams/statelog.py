@@ -25,7 +25,9 @@ restarted worker resumes each input stream at the marks of the last commit, and 
 applied twice or lost, without Kafka transactions. Decisions and dead letters are published
 only once their commit is acknowledged (so a fenced zombie's never are); those of the last
 commit are published again on recovery, as they may not have gone out (one is then seen
-twice, identical).
+twice, identical), and those of the commit before it when the last says
+``republish_previous`` (it was written while they were in flight: a pipelined commit, see
+streams/committer.py).
 
 **Bounded recovery.** The broker may never compact (the embedded one does not), so the log is
 read from a snapshot, not from its beginning. A snapshot is *fuzzy*: once the bytes written
@@ -103,6 +105,9 @@ class Commit:
     # when (wall clock).
     snapshot: dict[str, float] | None = None
     dead_letters: list[str] = field(default_factory=list)
+    # The outputs of the commit before this one may not be out (they were in flight when
+    # this one was cut): a recovery from this commit publishes them again too.
+    republish_previous: bool = False
 
     def header(self) -> JSON:
         return {
@@ -118,6 +123,7 @@ class Commit:
             "claim": self.claim,
             "snapshot": self.snapshot,
             "patches": self.patches,
+            "republish_previous": self.republish_previous,
         }
 
     def values(self) -> dict[str, Any]:
@@ -221,4 +227,5 @@ def decode(payload: bytes, into: Fold | None = None) -> Commit:
         header["epoch"], header["seq"], header["marks"], header["clock"], puts,
         header["deletes"], header["outbox"], header["claim"], patches, header["snapshot"],
         header.get("dead_letters", []),  # (absent in logs written before they were kept)
+        header.get("republish_previous", False),  # (absent before commits were pipelined)
     )

@@ -25,6 +25,7 @@ class LogReader:
         self._unfounded: set[str] = set()
         self.epoch = -1
         self.last: Commit | None = None  # the last complete commit
+        self.previous: Commit | None = None  # the complete commit read before it
         self.snapshot: dict[str, float] | None = None  # the last complete snapshot read
         self.end_offset = 0  # the offset after the last record read
         self.bytes_read = 0
@@ -121,7 +122,7 @@ class LogReader:
         self.epoch = max(self.epoch, commit.epoch)
         if commit.snapshot is not None:
             self.snapshot = commit.snapshot
-        self.last = commit
+        self.previous, self.last = self.last, commit
         self.commits += 1
         return commit
 

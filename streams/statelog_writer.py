@@ -34,6 +34,7 @@ class PartitionLog:
         self.epoch = (counter << 32) | random.getrandbits(32)
         self.seq = 0
         self.next_offset = reader.end_offset  # where our next record must land
+        self.last_landed: int | None = None  # where our last landed commit or claim starts
         self.snapshots = Snapshots(reader)
         # The text this writer last wrote of the PATCHED keys it wrote last (what their next
         # patch is against); a key it has not written yet, or no longer keeps, is written
@@ -57,9 +58,16 @@ class PartitionLog:
         clock: dict[str, float],
         outbox: list[str],
         dead_letters: Sequence[str] = (),
+        republish_previous: bool = False,
     ) -> list[tuple[bytes, bytes]]:
-        """The records of the next commit (changes, plus a snapshot slice when one is due)."""
-        sliced = self.snapshots.next_slice(self.next_offset, store)
+        """The records of the next commit (changes, plus a snapshot slice when one is due).
+        ``republish_previous``: the outputs of the commit written before may not be out (a
+        recovery from this one publishes them again, so a snapshot this commit starts is
+        read from that commit on: the reader must see its outbox)."""
+        read_from = self.next_offset
+        if republish_previous and self.last_landed is not None:
+            read_from = self.last_landed
+        sliced = self.snapshots.next_slice(read_from, store)
         whole = set(sliced)  # a snapshot's keys are written whole
         puts: list[tuple[str, bytes]] = []
         patches: list[str] = []
@@ -80,6 +88,7 @@ class PartitionLog:
         commit = Commit(
             self.epoch, self.seq, marks, clock, puts, changes.deletes, outbox,
             patches=patches, snapshot=completed, dead_letters=list(dead_letters),
+            republish_previous=republish_previous,
         )
         return self._records(commit, completed)
 
@@ -151,6 +160,7 @@ class PartitionLog:
         if offsets != list(range(self.next_offset, self.next_offset + count)):
             return False
         self._built = None  # (landed: nothing to write again; it may hold every learner)
+        self.last_landed = self.next_offset
         self.next_offset += count
         self.seq += 1
         self.snapshots.landed(size, completed)

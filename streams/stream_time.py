@@ -94,6 +94,12 @@ class FetchAnswers:
                 if state.timestamp >= asked_ms:
                     self.answers[tp] = FetchAnswer(state.highwater, asked_at)
 
+    def unread(self, tp: TopicPartition, position: int) -> int:
+        """How many records the broker last reported beyond ``position`` (0 before any
+        answer)."""
+        answer = self.answers.get(tp)
+        return 0 if answer is None else max(0, answer.highwater - position)
+
     def caught_up_at(self, tp: TopicPartition, position: int) -> float | None:
         """See :func:`caught_up_at`, for ``tp``'s latest answer."""
         return caught_up_at(self.answers.get(tp), position)

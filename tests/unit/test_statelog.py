@@ -266,6 +266,39 @@ def test_snapshots_are_taken_as_the_log_grows_not_at_every_commit(monkeypatch) -
     assert carrying < 0.2 * 600, carrying
 
 
+@pytest.mark.parametrize("in_flight", [False, True])
+def test_a_snapshot_begun_while_outputs_were_in_flight_is_read_from_their_commit(
+    monkeypatch, in_flight: bool
+) -> None:
+    """A commit cut while the outputs of the one before were in flight (a pipelined commit)
+    says so, and a recovery from it publishes those outputs again: so a snapshot that commit
+    begins is read from the commit before, whose outbox the reader must see."""
+    monkeypatch.setattr(snapshots, "SNAPSHOT_MIN_BYTES", 1)
+    monkeypatch.setattr(snapshots, "SNAPSHOT_SLICE_KEYS", 10_000)  # a snapshot in one commit
+    processor = Processor()
+    config = {"learner_id": "l0", "family": "conformal", "algorithm": "sps",
+              "params": {"alpha": 0.8, "horizon": 100}}
+    processor.on_config("l0", json.dumps(config).encode(), Source("learners"), 0.0)
+    log: Records = []
+    writer = PartitionLog(0, LogReader())
+    writer.snapshots.taken_at = time.time()
+    assert writer.acked(append(log, writer.claim({}, {})))
+    first = writer.commit(processor.store, processor.store.changes(), {}, {}, ['"d1"'])
+    assert writer.acked(append(log, first))
+    writer.snapshots.taken_at = 0.0  # (due by age: one begins with the next commit)
+    second = writer.commit(processor.store, processor.store.changes(), {}, {}, ['"d2"'],
+                           republish_previous=in_flight)
+    assert writer.acked(append(log, second))
+    assert writer.snapshots.start == (1 if in_flight else 2)
+    reader = recover(log)
+    assert reader.last is not None and reader.last.outbox == ['"d2"']
+    assert reader.last.republish_previous is in_flight
+    if in_flight:
+        assert reader.previous is not None and reader.previous.outbox == ['"d1"']
+    assert parsed(reader.values) == {key: processor.store.value(key)
+                                     for key in processor.store.log_keys()}
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_recovery_from_the_latest_snapshot_rebuilds_the_state(monkeypatch, seed: int) -> None:
     """Fuzzy snapshots are written a slice per commit while the state changes; replaying the
