@@ -57,6 +57,19 @@ def commit(epoch: int, seq: int, puts: list[tuple[str, object]] = (), **fields) 
     )
 
 
+def one_learner(learner_id: str, params: dict[str, object]
+                ) -> tuple[Processor, Records, PartitionLog]:
+    """A processor with one SPS learner, an empty log and its writer (snapshots not due by
+    age: by size only)."""
+    processor = Processor()
+    config = {"learner_id": learner_id, "family": "conformal", "algorithm": "sps",
+              "params": params}
+    processor.on_config(learner_id, json.dumps(config).encode(), Source("learners"), 0.0)
+    writer = PartitionLog(0, LogReader())
+    writer.snapshots.taken_at = time.time()
+    return processor, [], writer
+
+
 def parsed(values: dict[str, bytes]) -> dict[str, object]:
     return {key: orjson.loads(value) for key, value in values.items()}
 
@@ -275,13 +288,7 @@ def test_a_snapshot_begun_while_outputs_were_in_flight_is_read_from_their_commit
     begins is read from the commit before, whose outbox the reader must see."""
     monkeypatch.setattr(snapshots, "SNAPSHOT_MIN_BYTES", 1)
     monkeypatch.setattr(snapshots, "SNAPSHOT_SLICE_KEYS", 10_000)  # a snapshot in one commit
-    processor = Processor()
-    config = {"learner_id": "l0", "family": "conformal", "algorithm": "sps",
-              "params": {"alpha": 0.8, "horizon": 100}}
-    processor.on_config("l0", json.dumps(config).encode(), Source("learners"), 0.0)
-    log: Records = []
-    writer = PartitionLog(0, LogReader())
-    writer.snapshots.taken_at = time.time()
+    processor, log, writer = one_learner("l0", {"alpha": 0.8, "horizon": 100})
     assert writer.acked(append(log, writer.claim({}, {})))
     first = writer.commit(processor.store, processor.store.changes(), {}, {}, ['"d1"'])
     assert writer.acked(append(log, first))
@@ -443,13 +450,7 @@ def drive_one_learner(commits: int) -> tuple[Records, PartitionStore]:
     """One SPS learner with an exact horizon (it keeps up to (1 - alpha) T scores), a context
     and its feedback per commit: a commit per decision, as a group commit at low load."""
     rng = np.random.default_rng(11)
-    processor = Processor()
-    config = {"learner_id": "x", "family": "conformal", "algorithm": "sps",
-              "params": {"alpha": 0.9, "horizon": 100_000}}
-    processor.on_config("x", json.dumps(config).encode(), Source("learners"), 0.0)
-    log: Records = []
-    writer = PartitionLog(0, LogReader())
-    writer.snapshots.taken_at = time.time()  # (snapshots by size only)
+    processor, log, writer = one_learner("x", {"alpha": 0.9, "horizon": 100_000})
     for t in range(commits):
         body = {"learner_id": "x", "event_id": f"e{t}", "labels": ["a", "b"],
                 "scores": rng.normal(size=2).round(6).tolist()}
