@@ -17,6 +17,7 @@ Reported, medians over ``rounds`` rounds of each run's p50 / p95 / p99:
 - inside the worker, from the fetch that brought a context to its decision's publication
   acknowledged (``banditflow_decision_in_worker_seconds``, interpolated in its buckets);
 - state log bytes per decision (with its feedback), at each rate;
+- the CPU time per decision (with its feedback) of the worker and of the floor's process;
 - the idle CPU of the worker and of the floor (one learner, no load, ``IDLE_S`` seconds).
 
 The floor's fetch wait is its best on this broker (``FLOOR_FETCH_WAIT_MS``: the issue-26
@@ -77,11 +78,13 @@ PARTITION = partition_for("lat", PARTITIONS)  # the learner's
 
 
 async def drive(
-    bootstrap: str, topics: Topics, rate: float, seconds: float,
+    bootstrap: str, topics: Topics, rate: float, seconds: float, pid: int,
     on_done: Callable[[], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
     """Contexts of one learner at ``rate`` for ``seconds``, feedback for each decision as
-    soon as it is read; the application's latency of every decision."""
+    soon as it is read; the application's latency of every decision, and the CPU time per
+    decision of process ``pid`` (the one deciding) from the first context to the last
+    decision read."""
     total = int(rate * seconds)
     contexts, truth = conformal_contexts(["lat"], 0, total, seed=7)
     answer = conformal_answer(truth)
@@ -100,6 +103,7 @@ async def drive(
 
     try:
         async with Reader(bootstrap, topics.decisions, on_decision) as reader:
+            cpu_before = cpu_seconds(pid)
             started = time.monotonic()
             for i, (lid, eid, raw) in enumerate(contexts):
                 delay = started + i / rate - time.monotonic()
@@ -111,13 +115,15 @@ async def drive(
                 await contexts_client.send(topics.contexts, dumps(body), key=lid.encode())
             sending = time.monotonic() - started
             await reader.wait(lambda: reader.distinct >= total, 120, "latency decisions")
+            cpu_ms = (cpu_seconds(pid) - cpu_before) * 1000 / total
         await feedback_client.flush()
         if on_done is not None:
             await on_done()
     finally:
         await contexts_client.stop()
         await feedback_client.stop()
-    return {"contexts": total, "achieved_rate": total / sending, "app_ms": percentiles(app_ms)}
+    return {"contexts": total, "achieved_rate": total / sending, "app_ms": percentiles(app_ms),
+            "cpu_ms_per_decision": cpu_ms}
 
 
 async def idle_cpu(pid: int, seconds: float) -> float:
@@ -170,7 +176,9 @@ async def measure_banditflow(
                 total = int(rate * seconds)
                 _, final["text"] = await worker.wait_count("feedback", "applied", total, 120)
 
-            result = await drive(run.bootstrap, worker.topics, rate, seconds, applied)
+            result = await drive(
+                run.bootstrap, worker.topics, rate, seconds, worker.process.pid, applied
+            )
         finally:
             await client.stop()
             await asyncio.to_thread(worker.stop)
@@ -207,7 +215,7 @@ async def measure_floor(logs: Path, rate: float, seconds: float) -> dict[str, An
             ready = await asyncio.to_thread(process.stdout.readline)
             assert ready.strip() == b"ready", ready
             idle = await idle_cpu(process.pid, IDLE_S)
-            result = await drive(broker.bootstrap, topics, rate, seconds)
+            result = await drive(broker.bootstrap, topics, rate, seconds, process.pid)
         finally:
             process.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -253,6 +261,11 @@ def table(results: dict[str, Any]) -> str:
                      "| | |")
         per = statistics.median(run["commits_per_decision"] for run in ours)
         lines.append(f"| {rate} | commits per decision | {per:.2f} | | |")
+        if all("cpu_ms_per_decision" in run for run in ours + floor):
+            cpu = [statistics.median(run["cpu_ms_per_decision"] for run in runs)
+                   for runs in (ours, floor)]
+            lines.append(f"| {rate} | CPU per decision (ms), worker / floor | {cpu[0]:.2f} / "
+                         f"{cpu[1]:.2f} | | |")
     idle_ours = [run["idle_cpu"] for both in results["rates"].values()
                  for run in both["banditflow"]]
     idle_floor = [run["idle_cpu"] for both in results["rates"].values()
