@@ -30,6 +30,7 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -38,7 +39,7 @@ Patch = list[Any]
 
 
 def diff(old: Any, new: Any) -> Patch:
-    """A patch turning ``old`` into ``new`` (both JSON values)."""
+    """A patch turning ``old`` into ``new`` (both JSON values, or values from ``frozen``)."""
     if isinstance(old, dict) and isinstance(new, dict):
         changed = {
             key: ["=", value] if key not in old else diff(old[key], value)
@@ -47,10 +48,50 @@ def diff(old: Any, new: Any) -> Patch:
         }
         return ["d", changed, [key for key in old if key not in new]]
     if isinstance(old, list) and isinstance(new, list):
-        types = set(map(type, old)) | set(map(type, new))
-        if not types & {list, dict}:  # (a list of lists, a matrix: written whole)
-            return ["l", _list_ops(old, new, len(types) > 1)]
+        old_scalars, old_kind = _elements(old)
+        new_scalars, new_kind = _elements(new)
+        if old_scalars and new_scalars:  # (a list of lists, a matrix: written whole)
+            return ["l", _list_ops(old, new, old_kind is None or old_kind is not new_kind)]
     return ["=", new]
+
+
+class Scalars(list[Any]):
+    """A list of scalars (no list or object in it) that knows its elements' type: ``kind``,
+    or None when they are of several types. A patch base holds its lists as these, so that
+    the elements' types are looked at once, when the value is written, and not again at the
+    next patch against it (for an SPS learner's few thousand scores that look is most of a
+    patch's time)."""
+
+    __slots__ = ("kind",)
+
+    def __init__(self, values: Iterable[Any], kind: type | None) -> None:
+        super().__init__(values)
+        self.kind = kind
+
+
+def frozen(value: Any) -> Any:
+    """A copy of ``value`` (a JSON value) that later changes of ``value`` cannot reach, as a
+    patch base: each list of scalars a :class:`Scalars`, tuples lists (as JSON reads them
+    back)."""
+    if isinstance(value, dict):
+        return {key: frozen(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        scalars, kind = _elements(value)
+        return Scalars(value, kind) if scalars else [frozen(item) for item in value]
+    return value
+
+
+_CONTAINERS = frozenset((list, dict, tuple, Scalars))
+
+
+def _elements(values: list[Any] | tuple[Any, ...]) -> tuple[bool, type | None]:
+    """Whether ``values`` are all scalars, and their type if they share one (else None)."""
+    if isinstance(values, Scalars):
+        return True, values.kind
+    types = list(map(type, values))
+    if types and types.count(types[0]) == len(types):  # (one type: one pass, in C)
+        return types[0] not in _CONTAINERS, types[0]
+    return _CONTAINERS.isdisjoint(types), None
 
 
 def apply(old: Any, patch: Patch) -> Any:
@@ -84,10 +125,15 @@ def apply(old: Any, patch: Patch) -> Any:
 
 def _same(a: Any, b: Any) -> bool:
     """Equal as JSON: of the same type, and a container with the same text (Python has
-    1 == 1.0 == True inside lists and objects too)."""
+    1 == 1.0 == True inside lists and objects too). Two :class:`Scalars` of one type that
+    are equal are the same (their texts differ at most in the sign of a zero)."""
     if type(a) is not type(b) or a != b:
         return False
-    return not isinstance(a, list | dict) or orjson.dumps(a) == orjson.dumps(b)
+    if isinstance(a, dict):  # (the same keys: a == b)
+        return all(_same(item, b[key]) for key, item in a.items())
+    if isinstance(a, Scalars) and a.kind is not None and a.kind is b.kind:
+        return True
+    return not isinstance(a, list) or orjson.dumps(a) == orjson.dumps(b)
 
 
 # How far a list patch looks ahead for where two lists agree again after they differ (C
@@ -176,35 +222,38 @@ def _run(old: list[Any], i: int, new: list[Any], j: int, typed: bool) -> int:
 
 
 class PatchBases:
-    """The text a writer last wrote of each patched key, for the next patch against it, kept
-    for the keys written most recently up to ``max_bytes`` of text in all. A key no longer
-    kept is written whole next time: keeping every learner's last text would cost as much
-    memory again as the learners (4 kB per SPS learner after one decision), while the keys a
-    patch saves most on are those written commit after commit, which stay."""
+    """The value a writer last wrote of each patched key (from :func:`frozen`), for the next
+    patch against it, with a bound on the size of its text, kept for the keys written most
+    recently up to ``max_bytes`` of text in all. A key no longer kept is written whole next
+    time: keeping every learner's last value would cost as much memory again as the learners
+    (4 kB of text per SPS learner after one decision), while the keys a patch saves most on
+    are those written commit after commit, which stay. (A value takes about twice its
+    text's size in memory; it is kept parsed because reading the text back at every patch
+    cost more than the patch.)"""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.bytes = 0
-        self._texts: dict[str, bytes] = {}  # oldest first (dicts keep insertion order)
+        self._values: dict[str, tuple[Any, int]] = {}  # oldest first (dicts keep their order)
 
     def __len__(self) -> int:
-        return len(self._texts)
+        return len(self._values)
 
-    def get(self, key: str) -> bytes | None:
-        return self._texts.get(key)
+    def get(self, key: str) -> tuple[Any, int] | None:
+        """The value kept for ``key`` and its size, None when none is kept."""
+        return self._values.get(key)
 
-    def put(self, key: str, text: bytes) -> None:
+    def put(self, key: str, value: Any, size: int) -> None:
+        """Keep ``value`` (from :func:`frozen`), whose text is at most ``size`` bytes long."""
         self.pop(key)
-        if len(text) > self.max_bytes:
+        if size > self.max_bytes:
             return
-        # A copy of its exact size: orjson (3.13) returns its text in a 4 kB allocation
-        # whatever its length, and a learner's state is often a few hundred bytes.
-        self._texts[key] = bytes(memoryview(text))
-        self.bytes += len(text)
+        self._values[key] = (value, size)
+        self.bytes += size
         while self.bytes > self.max_bytes:
-            self.pop(next(iter(self._texts)))
+            self.pop(next(iter(self._values)))
 
     def pop(self, key: str) -> None:
-        text = self._texts.pop(key, None)
-        if text is not None:
-            self.bytes -= len(text)
+        kept = self._values.pop(key, None)
+        if kept is not None:
+            self.bytes -= kept[1]

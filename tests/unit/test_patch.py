@@ -10,7 +10,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from banditflow.streams.patch import PatchBases, apply, diff
+from banditflow.streams.patch import PatchBases, Scalars, apply, diff, frozen
 
 scalars = st.one_of(
     st.none(), st.booleans(), st.integers(-5, 5), st.sampled_from([0.5, 1.0, 2.0, -1.5]),
@@ -79,16 +79,44 @@ def test_a_patch_that_does_not_fit_the_value_is_refused() -> None:
         raise AssertionError(f"{patch} applied to {old}")
 
 
-def test_patch_bases_keep_the_texts_written_last_within_the_budget() -> None:
+@settings(max_examples=500, deadline=None)
+@given(json_values, json_values)
+def test_a_patch_between_frozen_values_gives_the_new_value_exactly(
+    old: object, new: object
+) -> None:
+    """What the state log's writer does: its base and the new value are ``frozen`` (lists
+    of scalars know their elements' type), the reader holds the value as it was written."""
+    patch = orjson.loads(orjson.dumps(diff(frozen(old), frozen(new))))
+    assert typed(apply(old, patch)) == typed(new)
+
+
+def test_frozen_values_know_their_element_types_and_are_copies() -> None:
+    live = {"above": [0.5, 1.5], "ids": [1, 2.0], "rows": [[1, 2], (3, 4)], "n": 3}
+    base = frozen(live)
+    assert base == {"above": [0.5, 1.5], "ids": [1, 2.0], "rows": [[1, 2], [3, 4]], "n": 3}
+    assert isinstance(base["above"], Scalars) and base["above"].kind is float
+    assert isinstance(base["ids"], Scalars) and base["ids"].kind is None  # of two types
+    assert not isinstance(base["rows"], Scalars) and base["rows"][1].kind is int
+    live["above"].append(2.5)
+    live["rows"][0][0] = 9
+    assert base["above"] == [0.5, 1.5] and base["rows"][0] == [1, 2]
+    # equal and of one type: the same without comparing texts; of another type: not
+    assert diff(base, frozen({**base, "n": 4})) == ["d", {"n": ["=", 4]}, []]
+    assert diff(base, frozen({**base, "above": [0.5, 1.5], "ids": [1, 2]}))[1] == {
+        "ids": ["l", [0, 1, [2]]]
+    }
+
+
+def test_patch_bases_keep_the_values_written_last_within_the_budget() -> None:
     bases = PatchBases(max_bytes=10)
     for key in "abcd":
-        bases.put(key, b"xxx")
-    assert [bases.get(key) for key in "abcd"] == [None, b"xxx", b"xxx", b"xxx"]
-    bases.put("b", b"yyy")  # written again: now the newest
-    bases.put("e", b"zz")
+        bases.put(key, [key], 3)
+    assert [bases.get(key) for key in "abcd"] == [None, (["b"], 3), (["c"], 3), (["d"], 3)]
+    bases.put("b", ["y"], 3)  # written again: now the newest
+    bases.put("e", ["z"], 2)
     assert [key for key in "abcde" if bases.get(key)] == ["b", "d", "e"]  # c was oldest
-    assert bases.bytes == 8
-    bases.put("f", b"0123456789A")  # larger than the budget: not kept, and keeps nothing
+    assert bases.bytes == 8 and bases.get("b") == (["y"], 3)
+    bases.put("f", ["f"], 11)  # larger than the budget: not kept, and keeps nothing
     assert bases.get("f") is None and bases.bytes == 8
     bases.pop("d")
     bases.pop("missing")

@@ -482,6 +482,37 @@ def test_a_learner_touched_by_every_commit_writes_what_changed(monkeypatch) -> N
     assert restored.learners["x"].learner.to_state() == store.learners["x"].learner.to_state()
 
 
+def test_a_patch_under_the_bound_of_the_text_is_written_without_the_text(monkeypatch) -> None:
+    """The writer knows the size of a value's text when it writes it whole, and a patch adds
+    at most its own size to it: a patch under that bound goes out without the value's text
+    being made (most of a commit's time for a large learner), one over it is weighed
+    against the text. Either way the log reads back as the values written."""
+    _, log, writer = one_learner("x", {})
+    store = PartitionStore()
+    texts: list[object] = []
+    real_dumps = orjson.dumps
+
+    def dumps(value: object, *args: object) -> bytes:
+        texts.append(value)
+        return real_dumps(value, *args)
+
+    monkeypatch.setattr(statelog_writer.orjson, "dumps", dumps)
+    first = {"above": [i / 8 for i in range(1000)], "n": 0}
+    grown = {"above": [*first["above"], 999.5], "n": 1}
+    replaced = {"above": [float(i) for i in range(2000, 4000)], "n": 2}
+    sizes, bounds = [], []
+    for value in (first, grown, replaced):
+        texts.clear()
+        records = writer.commit(store, Changes(puts=[("l/x", value)]), {}, {}, [])
+        assert writer.acked(append(log, records))
+        sizes.append(len(decode(records[0][1]).puts[0][1]))
+        bounds.append(writer._written.get("l/x")[1])
+        assert (value in texts) == (value is not grown)  # its text made, or not
+        assert parsed(recover(log).values) == {"l/x": value}
+    assert decode(records[0][1]).patches == []  # the text, the smaller
+    assert sizes[1] < 100 and bounds == [sizes[0], sizes[0] + sizes[1], sizes[2]]
+
+
 def test_the_writer_keeps_patch_bases_of_the_learners_written_last_within_its_budget(
     monkeypatch,
 ) -> None:
