@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import importlib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, ClassVar, NamedTuple, Union
 
 import orjson
@@ -189,12 +189,22 @@ def _non_finite(value: Any, where: str) -> str | None:
     (``actions.0.features.1``); None if nowhere."""
     if isinstance(value, float):
         return None if math.isfinite(value) else where
-    items = (enumerate(value) if isinstance(value, list)
-             else value.items() if isinstance(value, dict) else ())
+    if isinstance(value, list):
+        try:  # (numbers only: a NaN or an infinity among them makes their sum one)
+            if math.isfinite(sum(value)):
+                return None
+        except (TypeError, OverflowError):  # (not numbers only; or an int past a float's)
+            pass
+        items: Iterable[tuple[Any, Any]] = enumerate(value)
+    elif isinstance(value, dict):
+        items = value.items()
+    else:
+        return None
     for key, item in items:
-        found = _non_finite(item, f"{where}.{key}")
-        if found is not None:
-            return found
+        if isinstance(item, float | list | dict):
+            found = _non_finite(item, f"{where}.{key}")
+            if found is not None:
+                return found
     return None
 
 

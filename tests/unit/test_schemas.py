@@ -135,6 +135,32 @@ def test_rejections_explain_themselves(model, raw: bytes, reason: str, words: st
     assert words in info.value.detail
 
 
+@pytest.mark.parametrize(("fields", "where"), [
+    ('"scores": [0.5, 1e400, 2]', "scores.1"),  # (1e400 reads as an infinity)
+    ('"scores": [1e308, 1e308]', None),  # finite, though their sum is not
+    ('"scores": [1e400, -1e400]', "scores.0"),  # infinities whose sum is NaN
+    ('"scores": [100000000000000000000000000000000000000000000000000000000000000000000000000'
+     '00000000000000000000000000000000000000000000000000000000000000000000000000000000000000'
+     '00000000000000000000000000000000000000000000000000000000000000000000000000000000000000'
+     '00000000000000000000000000000000000000000000000000000000000000000000000000000000000000'
+     '0, 1.5]', None),  # an int past any float's range: not a number that is not finite
+    ('"labels": ["a", "b"], "scores": [0.5, NaN]', "scores.1"),
+    ('"features": [[1.0, 2.0], [3.0, -Infinity]]', "features.1.1"),
+    ('"actions": [{"id": "a", "features": [1, true, NaN]}]', "actions.0.features.2"),
+])
+def test_the_envelope_names_the_first_number_that_is_not_finite(
+    fields: str, where: str | None
+) -> None:
+    raw = ('{"learner_id": "a", "event_id": "1", ' + fields + "}").encode()
+    if where is None:
+        parse_event(raw, ContextEnvelope, Limits())
+        return
+    with pytest.raises(Rejected) as info:
+        parse_event(raw, ContextEnvelope, Limits())
+    assert info.value.reason == "non_finite"
+    assert info.value.detail == f"record: {where}: Input should be a finite number"
+
+
 @pytest.mark.parametrize(("family", "fields", "detail"), [
     ("conformal", {"labels": ["a", "b", "c"], "scores": [0.1, 0.2, 0.3]},
      "3 labels exceeds the limit of 2"),
