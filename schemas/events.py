@@ -193,7 +193,7 @@ def _non_finite(value: Any, where: str) -> str | None:
         try:  # (numbers only: a NaN or an infinity among them makes their sum one)
             if math.isfinite(sum(value)):
                 return None
-        except (TypeError, OverflowError):  # (not numbers only; or an int past a float's)
+        except (TypeError, OverflowError, ValueError):  # (not numbers only; a huge int)
             pass
         items: Iterable[tuple[Any, Any]] = enumerate(value)
     elif isinstance(value, dict):

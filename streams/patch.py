@@ -15,7 +15,7 @@ from it (learners stay pure: ``to_state`` is all the state log asks of them):
   holding lists or objects is written whole, ``["=", value]``.)
 
 ``diff`` is exact whatever it is given (``apply(old, diff(old, new)) == new`` as JSON: 1, 1.0
-and True are told apart; of list elements, 0.0 and -0.0 are not); how small the patch is
+and True are told apart; 0.0 and -0.0 are not); how small the patch is
 depends on how the value changed. The values are JSON as ``orjson`` reads it back: dicts
 with string keys, lists, strings, numbers, booleans and None.
 
@@ -31,7 +31,7 @@ True
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -81,7 +81,10 @@ def frozen(value: Any) -> Any:
     return value
 
 
-_CONTAINERS = frozenset((list, dict, tuple, Scalars))
+# Immutable, and compared as JSON compares them when their types are the same. (Anything else,
+# a subclass of these included, is not a scalar: a frozen value copies it, or it is written
+# whole.)
+_SCALARS = frozenset((str, int, float, bool, type(None)))
 
 
 def _elements(values: list[Any] | tuple[Any, ...]) -> tuple[bool, type | None]:
@@ -90,8 +93,8 @@ def _elements(values: list[Any] | tuple[Any, ...]) -> tuple[bool, type | None]:
         return True, values.kind
     types = list(map(type, values))
     if types and types.count(types[0]) == len(types):  # (one type: one pass, in C)
-        return types[0] not in _CONTAINERS, types[0]
-    return _CONTAINERS.isdisjoint(types), None
+        return types[0] in _SCALARS, types[0]
+    return _SCALARS.issuperset(types), None
 
 
 def apply(old: Any, patch: Patch) -> Any:
@@ -221,39 +224,46 @@ def _run(old: list[Any], i: int, new: list[Any], j: int, typed: bool) -> int:
     return good
 
 
+class PatchBase(NamedTuple):
+    """What a writer keeps of a key it wrote: the value (from :func:`frozen`), the size of its
+    text when last made, and the bytes of the patches written since (what the text may have
+    grown by: a patch holds every element it adds)."""
+
+    value: Any
+    size: int
+    grown: int = 0
+
+
 class PatchBases:
-    """The value a writer last wrote of each patched key (from :func:`frozen`), for the next
-    patch against it, with a bound on the size of its text, kept for the keys written most
-    recently up to ``max_bytes`` of text in all. A key no longer kept is written whole next
-    time: keeping every learner's last value would cost as much memory again as the learners
-    (4 kB of text per SPS learner after one decision), while the keys a patch saves most on
-    are those written commit after commit, which stay. (A value takes about twice its
-    text's size in memory; it is kept parsed because reading the text back at every patch
-    cost more than the patch.)"""
+    """The :class:`PatchBase` of each patched key a writer wrote, for the next patch against
+    it, kept for the keys written most recently up to ``max_bytes`` of their texts' sizes in
+    all. A key no longer kept is written whole next time: keeping every learner's last value
+    would cost as much memory again as the learners (4 kB of text per SPS learner after one
+    decision), while the keys a patch saves most on are those written commit after commit,
+    which stay. (A value takes about twice its text's size in memory; it is kept parsed
+    because reading the text back at every patch cost more than the patch.)"""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.bytes = 0
-        self._values: dict[str, tuple[Any, int]] = {}  # oldest first (dicts keep their order)
+        self._bases: dict[str, PatchBase] = {}  # oldest first (dicts keep their order)
 
     def __len__(self) -> int:
-        return len(self._values)
+        return len(self._bases)
 
-    def get(self, key: str) -> tuple[Any, int] | None:
-        """The value kept for ``key`` and its size, None when none is kept."""
-        return self._values.get(key)
+    def get(self, key: str) -> PatchBase | None:
+        return self._bases.get(key)
 
-    def put(self, key: str, value: Any, size: int) -> None:
-        """Keep ``value`` (from :func:`frozen`), whose text is at most ``size`` bytes long."""
+    def put(self, key: str, base: PatchBase) -> None:
         self.pop(key)
-        if size > self.max_bytes:
+        if base.size > self.max_bytes:
             return
-        self._values[key] = (value, size)
-        self.bytes += size
+        self._bases[key] = base
+        self.bytes += base.size
         while self.bytes > self.max_bytes:
-            self.pop(next(iter(self._values)))
+            self.pop(next(iter(self._bases)))
 
     def pop(self, key: str) -> None:
-        kept = self._values.pop(key, None)
-        if kept is not None:
-            self.bytes -= kept[1]
+        base = self._bases.pop(key, None)
+        if base is not None:
+            self.bytes -= base.size

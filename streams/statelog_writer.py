@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from banditflow.processors.store import Changes, KeyKind, PartitionStore
-from banditflow.streams.patch import PatchBases, diff, frozen
+from banditflow.streams.patch import PatchBase, PatchBases, diff, frozen
 from banditflow.streams.statelog import Commit, Header, StateLogError, StateLogLost, encode
 from banditflow.streams.statelog_reader import LogReader
 from banditflow.streams.statelog_snapshot import Snapshots
@@ -96,23 +96,28 @@ class PartitionLog:
         """What to write for ``key``: its JSON text, or a patch against the value this
         writer last wrote for it (a ``PATCHED`` key, not ``whole``, when the patch is the
         smaller); and whether it is a patch."""
-        patch: bytes | None = None
         if KeyKind.of(key) not in PATCHED:
             return (value if isinstance(value, bytes) else orjson.dumps(value)), False
         last = self._written.get(key)
-        # (a copy that later changes of the live state cannot reach)
-        current = frozen(orjson.loads(value) if isinstance(value, bytes) else value)
+        patch: bytes | None = None
         if last is not None and not whole:
-            base, bound = last
-            patch = orjson.dumps(diff(base, current))
-            # The text's size is known when it is written whole, and grows by at most what
-            # a patch adds: under that bound a patch is written without writing the text
-            # (for an SPS learner's few thousand scores, a third of a commit's time).
-            if len(patch) < bound:
-                self._written.put(key, current, bound + len(patch))
+            # (a copy that later changes of the live state cannot reach)
+            current = frozen(orjson.loads(value) if isinstance(value, bytes) else value)
+            patch = orjson.dumps(diff(last.value, current))
+            grown = last.grown + len(patch)
+            # A patch under half the text's size goes without the text being made (for an
+            # SPS learner's few thousand scores, a third of a commit's time), as long as the
+            # patches since it was made cannot have doubled it; else the text is made anew.
+            if 2 * len(patch) < last.size and grown <= last.size:
+                self._written.put(key, PatchBase(current, last.size, grown))
                 return patch, True
         text = value if isinstance(value, bytes) else orjson.dumps(value)
-        self._written.put(key, current, len(text))
+        if len(text) > self._written.max_bytes:
+            self._written.pop(key)  # (not kept: no copy to make)
+        else:
+            if patch is None:
+                current = frozen(orjson.loads(text) if isinstance(value, bytes) else value)
+            self._written.put(key, PatchBase(current, len(text)))
         if patch is not None and len(patch) < len(text):
             return patch, True
         return text, False

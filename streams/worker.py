@@ -324,8 +324,8 @@ class Worker:
                 # is committed at once (or as soon as the commit in flight is acknowledged,
                 # with whatever came meanwhile). While more than BACKLOG_RECORDS wait unread,
                 # the interval and max_batch_events cut the commits instead: a commit costs
-                # CPU in proportion to the state of the learners it writes (a learner's whole
-                # text, and its patch), so back-to-back commits in a backlog would spend on
+                # CPU in proportion to the state of the learners it writes (a copy of each, and
+                # its patch), so back-to-back commits in a backlog would spend on
                 # state writes the CPU the backlog needs, while its decisions wait behind the
                 # backlog anyway. Events that produced nothing wait for the interval.
                 if task.has_output and self._unread(task) <= BACKLOG_RECORDS:

@@ -4,13 +4,14 @@ edits learner states make (sorted inserts, removals from the front, appends)."""
 from __future__ import annotations
 
 import bisect
+import collections
 
 import numpy as np
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from banditflow.streams.patch import PatchBases, Scalars, apply, diff, frozen
+from banditflow.streams.patch import PatchBase, PatchBases, Scalars, apply, diff, frozen
 
 scalars = st.one_of(
     st.none(), st.booleans(), st.integers(-5, 5), st.sampled_from([0.5, 1.0, 2.0, -1.5]),
@@ -91,15 +92,20 @@ def test_a_patch_between_frozen_values_gives_the_new_value_exactly(
 
 
 def test_frozen_values_know_their_element_types_and_are_copies() -> None:
-    live = {"above": [0.5, 1.5], "ids": [1, 2.0], "rows": [[1, 2], (3, 4)], "n": 3}
+    live = {"above": [0.5, 1.5], "ids": [1, 2.0], "rows": [[1, 2], (3, 4)], "n": 3,
+            "counts": [collections.Counter(a=1)], "named": [collections.OrderedDict(b=[2])]}
     base = frozen(live)
-    assert base == {"above": [0.5, 1.5], "ids": [1, 2.0], "rows": [[1, 2], [3, 4]], "n": 3}
+    assert base == {"above": [0.5, 1.5], "ids": [1, 2.0], "rows": [[1, 2], [3, 4]], "n": 3,
+                    "counts": [{"a": 1}], "named": [{"b": [2]}]}
     assert isinstance(base["above"], Scalars) and base["above"].kind is float
     assert isinstance(base["ids"], Scalars) and base["ids"].kind is None  # of two types
     assert not isinstance(base["rows"], Scalars) and base["rows"][1].kind is int
     live["above"].append(2.5)
     live["rows"][0][0] = 9
+    live["counts"][0]["a"] = 2  # (a dict of a subclass is no scalar: copied too)
+    live["named"][0]["b"].append(3)
     assert base["above"] == [0.5, 1.5] and base["rows"][0] == [1, 2]
+    assert base["counts"] == [{"a": 1}] and base["named"] == [{"b": [2]}]
     # equal and of one type: the same without comparing texts; of another type: not
     assert diff(base, frozen({**base, "n": 4})) == ["d", {"n": ["=", 4]}, []]
     assert diff(base, frozen({**base, "above": [0.5, 1.5], "ids": [1, 2]}))[1] == {
@@ -110,13 +116,13 @@ def test_frozen_values_know_their_element_types_and_are_copies() -> None:
 def test_patch_bases_keep_the_values_written_last_within_the_budget() -> None:
     bases = PatchBases(max_bytes=10)
     for key in "abcd":
-        bases.put(key, [key], 3)
-    assert [bases.get(key) for key in "abcd"] == [None, (["b"], 3), (["c"], 3), (["d"], 3)]
-    bases.put("b", ["y"], 3)  # written again: now the newest
-    bases.put("e", ["z"], 2)
+        bases.put(key, PatchBase([key], 3))
+    assert [bases.get(key) for key in "abcd"] == [None, *(PatchBase([k], 3) for k in "bcd")]
+    bases.put("b", PatchBase(["y"], 3, grown=40))  # written again: now the newest
+    bases.put("e", PatchBase(["z"], 2))
     assert [key for key in "abcde" if bases.get(key)] == ["b", "d", "e"]  # c was oldest
-    assert bases.bytes == 8 and bases.get("b") == (["y"], 3)
-    bases.put("f", ["f"], 11)  # larger than the budget: not kept, and keeps nothing
+    assert bases.bytes == 8  # (their texts' sizes: what a patch may have added is not kept)
+    bases.put("f", PatchBase(["f"], 11))  # larger than the budget: not kept, and keeps nothing
     assert bases.get("f") is None and bases.bytes == 8
     bases.pop("d")
     bases.pop("missing")

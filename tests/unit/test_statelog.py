@@ -12,6 +12,8 @@ import time
 import numpy as np
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import banditflow.streams.statelog as statelog
 import banditflow.streams.statelog_snapshot as snapshots
@@ -482,11 +484,12 @@ def test_a_learner_touched_by_every_commit_writes_what_changed(monkeypatch) -> N
     assert restored.learners["x"].learner.to_state() == store.learners["x"].learner.to_state()
 
 
-def test_a_patch_under_the_bound_of_the_text_is_written_without_the_text(monkeypatch) -> None:
-    """The writer knows the size of a value's text when it writes it whole, and a patch adds
-    at most its own size to it: a patch under that bound goes out without the value's text
-    being made (most of a commit's time for a large learner), one over it is weighed
-    against the text. Either way the log reads back as the values written."""
+def test_a_small_patch_is_written_without_making_the_text(monkeypatch) -> None:
+    """The writer knows the size of a value's text when it makes it, and a patch adds at
+    most its own size to it: a patch under half that size goes out without the value's text
+    being made (most of a commit's time for a large learner), until the patches since may
+    have doubled the text; a larger patch is weighed against the text. Either way the log
+    reads back as the values written."""
     _, log, writer = one_learner("x", {})
     store = PartitionStore()
     texts: list[object] = []
@@ -497,26 +500,87 @@ def test_a_patch_under_the_bound_of_the_text_is_written_without_the_text(monkeyp
         return real_dumps(value, *args)
 
     monkeypatch.setattr(statelog_writer.orjson, "dumps", dumps)
-    first = {"above": [i / 8 for i in range(1000)], "n": 0}
-    grown = {"above": [*first["above"], 999.5], "n": 1}
-    replaced = {"above": [float(i) for i in range(2000, 4000)], "n": 2}
-    sizes, bounds = [], []
-    for value in (first, grown, replaced):
+    values = [{"above": [i / 8 for i in range(300)], "n": 0}]
+    for n in range(1, 60):  # each adds a score: the patches pass the text's size
+        values.append({"above": [*values[-1]["above"], n + 0.5], "n": n})
+    values.append({"above": [float(i) for i in range(2000, 4000)], "n": 60})  # all new
+    made, patched = [], []
+    for value in values:
         texts.clear()
         records = writer.commit(store, Changes(puts=[("l/x", value)]), {}, {}, [])
         assert writer.acked(append(log, records))
-        sizes.append(len(decode(records[0][1]).puts[0][1]))
-        bounds.append(writer._written.get("l/x")[1])
-        assert (value in texts) == (value is not grown)  # its text made, or not
+        made.append(value in texts)
+        patched.append(decode(records[0][1]).patches == ["l/x"])
         assert parsed(recover(log).values) == {"l/x": value}
-    assert decode(records[0][1]).patches == []  # the text, the smaller
-    assert sizes[1] < 100 and bounds == [sizes[0], sizes[0] + sizes[1], sizes[2]]
+    remade = made.index(True, 1)  # the text made again once the patches could double it
+    assert 20 < remade < 60 and sum(made[1:-1]) == 1, made
+    assert all(patched[1:-1]) and not patched[-1] and made[-1]  # (the text, the smaller)
+    assert writer._written.get("l/x").size == len(real_dumps(values[-1]))
+
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 3),
+                    st.sampled_from([0.0, -0.0, 1.0, 2.5]), st.sampled_from(["a", ""]))
+learner_like = st.dictionaries(
+    st.sampled_from("abcd"),
+    st.recursive(scalars, lambda inner: st.lists(inner, max_size=6), max_leaves=12),
+    max_size=4,
+)
+
+
+def typed(value: object) -> object:
+    """``value`` with each scalar paired with its type (JSON tells 1, 1.0 and True apart)."""
+    if isinstance(value, dict):
+        return {key: typed(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [typed(item) for item in value]
+    return (type(value).__name__, value)
+
+
+def scrambled(value: object) -> None:
+    """Change ``value``'s lists and objects in place, as a live learner's state changes."""
+    if isinstance(value, dict):
+        for item in value.values():
+            scrambled(item)
+        value["z"] = [9]
+    elif isinstance(value, list):
+        for item in value:
+            scrambled(item)
+        value.insert(0, 0.5)
+
+
+def grown(value: dict, changes: dict) -> dict:
+    """``value`` with ``changes``: a list extended by a list, anything else replaced."""
+    result = orjson.loads(orjson.dumps(value))
+    for key, change in changes.items():
+        old = result.get(key)
+        both = isinstance(old, list) and isinstance(change, list)
+        result[key] = old + change if both else change
+    return result
+
+
+@settings(max_examples=150, deadline=None)
+@given(learner_like, st.lists(learner_like, max_size=6))
+def test_a_key_written_commit_after_commit_reads_back_exactly(
+    first: dict, changes: list[dict]
+) -> None:
+    """Whole values and patches, one after the other, read back as the values written (1,
+    1.0 and True apart), though the live values changed in place after each commit."""
+    writer, log = PartitionLog(0, LogReader()), []
+    writer.snapshots.taken_at = time.time()
+    written = first
+    for change in [{}, *changes]:
+        written = grown(written, change)
+        live = orjson.loads(orjson.dumps(written))
+        records = writer.commit(PartitionStore(), Changes(puts=[("l/x", live)]), {}, {}, [])
+        assert writer.acked(append(log, records))
+        scrambled(live)
+        assert typed(orjson.loads(recover(log).values["l/x"])) == typed(written)
 
 
 def test_the_writer_keeps_patch_bases_of_the_learners_written_last_within_its_budget(
     monkeypatch,
 ) -> None:
-    """The writer keeps the last text of only as many learners as PATCH_BASE_BYTES holds
+    """The writer keeps the last value of only as many learners as PATCH_BASE_BYTES holds
     (every learner's would cost as much memory again as the learners): those it wrote last
     are patched, the others written whole, and the log reads back as the live state."""
     processor, log = Processor(), []
