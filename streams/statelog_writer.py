@@ -101,8 +101,7 @@ class PartitionLog:
         last = self._written.get(key)
         patch: bytes | None = None
         if last is not None and not whole:
-            # (a copy that later changes of the live state cannot reach)
-            current = frozen(orjson.loads(value) if isinstance(value, bytes) else value)
+            current = _base(value)
             patch = orjson.dumps(diff(last.value, current))
             grown = last.grown + len(patch)
             # A patch under half the text's size goes without the text being made (for an
@@ -115,9 +114,8 @@ class PartitionLog:
         if len(text) > self._written.max_bytes:
             self._written.pop(key)  # (not kept: no copy to make)
         else:
-            if patch is None:
-                current = frozen(orjson.loads(text) if isinstance(value, bytes) else value)
-            self._written.put(key, PatchBase(current, len(text)))
+            kept = current if patch is not None else _base(value)
+            self._written.put(key, PatchBase(kept, len(text)))
         if patch is not None and len(patch) < len(text):
             return patch, True
         return text, False
@@ -178,3 +176,9 @@ class PartitionLog:
         self.seq += 1
         self.snapshots.landed(size, completed)
         return True
+
+
+def _base(value: Any) -> Any:
+    """What a writer keeps of a value (JSON, or its text) to patch against: a copy that later
+    changes of the live state cannot reach."""
+    return frozen(orjson.loads(value) if isinstance(value, bytes) else value)

@@ -40,8 +40,8 @@ from banditflow.streams.partition_task import PartitionTask
 from banditflow.streams.settings import WorkerSettings
 from banditflow.streams.statelog_reader import LogReader
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from unit.test_statelog import append, recover  # (the state log's test helpers)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+from test_statelog import append, recover  # (the state log's test helpers)
 
 DECISIONS = 20_000
 PER_COMMIT = (9, 60)

@@ -14,6 +14,7 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_patch import scalars, typed  # (JSON values, told apart as JSON does)
 
 import banditflow.streams.statelog as statelog
 import banditflow.streams.statelog_snapshot as snapshots
@@ -59,17 +60,21 @@ def commit(epoch: int, seq: int, puts: list[tuple[str, object]] = (), **fields) 
     )
 
 
+def empty_log() -> tuple[Records, PartitionLog]:
+    """An empty log and its writer (snapshots not due by age: by size only)."""
+    writer = PartitionLog(0, LogReader())
+    writer.snapshots.taken_at = time.time()
+    return [], writer
+
+
 def one_learner(learner_id: str, params: dict[str, object]
                 ) -> tuple[Processor, Records, PartitionLog]:
-    """A processor with one SPS learner, an empty log and its writer (snapshots not due by
-    age: by size only)."""
+    """A processor with one SPS learner, an empty log and its writer."""
     processor = Processor()
     config = {"learner_id": learner_id, "family": "conformal", "algorithm": "sps",
               "params": params}
     processor.on_config(learner_id, json.dumps(config).encode(), Source("learners"), 0.0)
-    writer = PartitionLog(0, LogReader())
-    writer.snapshots.taken_at = time.time()
-    return processor, [], writer
+    return processor, *empty_log()
 
 
 def parsed(values: dict[str, bytes]) -> dict[str, object]:
@@ -490,7 +495,7 @@ def test_a_small_patch_is_written_without_making_the_text(monkeypatch) -> None:
     being made (most of a commit's time for a large learner), until the patches since may
     have doubled the text; a larger patch is weighed against the text. Either way the log
     reads back as the values written."""
-    _, log, writer = one_learner("x", {})
+    log, writer = empty_log()
     store = PartitionStore()
     texts: list[object] = []
     real_dumps = orjson.dumps
@@ -518,22 +523,11 @@ def test_a_small_patch_is_written_without_making_the_text(monkeypatch) -> None:
     assert writer._written.get("l/x").size == len(real_dumps(values[-1]))
 
 
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 3),
-                    st.sampled_from([0.0, -0.0, 1.0, 2.5]), st.sampled_from(["a", ""]))
 learner_like = st.dictionaries(
     st.sampled_from("abcd"),
     st.recursive(scalars, lambda inner: st.lists(inner, max_size=6), max_leaves=12),
     max_size=4,
 )
-
-
-def typed(value: object) -> object:
-    """``value`` with each scalar paired with its type (JSON tells 1, 1.0 and True apart)."""
-    if isinstance(value, dict):
-        return {key: typed(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [typed(item) for item in value]
-    return (type(value).__name__, value)
 
 
 def scrambled(value: object) -> None:
@@ -565,8 +559,7 @@ def test_a_key_written_commit_after_commit_reads_back_exactly(
 ) -> None:
     """Whole values and patches, one after the other, read back as the values written (1,
     1.0 and True apart), though the live values changed in place after each commit."""
-    writer, log = PartitionLog(0, LogReader()), []
-    writer.snapshots.taken_at = time.time()
+    log, writer = empty_log()
     written = first
     for change in [{}, *changes]:
         written = grown(written, change)
