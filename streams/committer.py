@@ -189,6 +189,7 @@ class Committer:
             commit.written = commit.task.log.acked(offsets) or await (
                 self._write_past_stale(commit, offsets)
             )
+            commit.landed_at = time.time()
             if not commit.written:
                 self.fenced(commit.task)
 

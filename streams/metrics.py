@@ -29,6 +29,14 @@ disable_created_metrics()
 
 LEARNER_LABELS = ("learner_id", "family", "algorithm")
 
+# A decision's time inside the worker: milliseconds on an idle broker, up to about a
+# hundred under load on the embedded one (tests/benchmarks/bench_latency.py); finer where
+# its percentiles fall, so that they read back from the buckets to a few milliseconds.
+IN_WORKER_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.02,
+                     0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1)
+# A commit's stages, in order (banditflow_commit_stage_seconds).
+COMMIT_STAGES = ("cut", "state", "outputs")
+
 # Gauges every learner exports, with their help text; each family adds its own (its front
 # door's ``gauges``). Anything else a learner reports in its summary is exported as
 # banditflow_learner_value{name=...}.
@@ -78,8 +86,16 @@ class PrometheusSink(Sink):
             "banditflow_decision_in_worker_seconds",
             "Time from the fetch that brought a context to its decision's publication "
             "(acknowledged): the worker's own share of a decision's latency",
-            buckets=(0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.015, 0.02,
-                     0.03, 0.05, 0.1, 0.25, 0.5, 1),
+            buckets=IN_WORKER_BUCKETS,
+            registry=r,
+        )
+        self.decision_queued = Histogram(
+            "banditflow_decision_queued_seconds",
+            "Time from the fetch that brought a context to the cut of the commit that carries "
+            "its decision (the commit in flight, the rest of the fetch): the part of "
+            "banditflow_decision_in_worker_seconds before that commit's "
+            "banditflow_commit_seconds",
+            buckets=IN_WORKER_BUCKETS,
             registry=r,
         )
         self.feedback_delay = Histogram(
@@ -199,10 +215,21 @@ class PrometheusSink(Sink):
             ("partition",),
             registry=r,
         )
+        commit_buckets = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+                          2.5)
         self.commit_seconds = Histogram(
             "banditflow_commit_seconds",
             "Time from a commit's cut to its decisions being acknowledged by the broker",
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            buckets=commit_buckets,
+            registry=r,
+        )
+        self.commit_stage_seconds = Histogram(
+            "banditflow_commit_stage_seconds",
+            "A commit's time by stage, adding up to banditflow_commit_seconds: cut (its state "
+            "made), state (its state log records acknowledged), outputs (its decisions and "
+            "dead letters acknowledged)",
+            ("stage",),
+            buckets=commit_buckets,
             registry=r,
         )
         self._not_exported: set[str] = set()
@@ -211,6 +238,7 @@ class PrometheusSink(Sink):
         self._dead_letters: Counter[str] = Counter()
         self._latencies: list[float] = []
         self._in_worker: list[float] = []
+        self._queued: list[float] = []
         self._delays: list[float] = []
 
     # Per-event observations are counted in plain Python and handed to prometheus_client in
@@ -223,12 +251,22 @@ class PrometheusSink(Sink):
         fenced commit's dead letters are never published, nor counted)."""
         self._dead_letters[reason] += 1
 
-    def published(self, latencies_s: list[float], in_worker_s: list[float]) -> None:
+    def published(
+        self, latencies_s: list[float], in_worker_s: list[float], queued_s: list[float]
+    ) -> None:
         """Decisions published (acknowledged by the broker), each this long after its
-        context's timestamp, and after the fetch that brought the context (the worker's own
-        observation, not the processors')."""
+        context's timestamp, and after the fetch that brought the context, of which
+        ``queued_s`` before its commit was cut (the worker's own observation, not the
+        processors')."""
         self._latencies.extend(latencies_s)
         self._in_worker.extend(in_worker_s)
+        self._queued.extend(queued_s)
+
+    def committed(self, stages_s: tuple[float, float, float]) -> None:
+        """Commits published together, in ``stages_s`` (``COMMIT_STAGES``)."""
+        self.commit_seconds.observe(sum(stages_s))
+        for stage, seconds in zip(COMMIT_STAGES, stages_s, strict=True):
+            self.commit_stage_seconds.labels(stage).observe(seconds)
 
     def feedback_applied(self, learner_id: str, delay_s: float) -> None:
         self._delays.append(delay_s)
@@ -243,12 +281,15 @@ class PrometheusSink(Sink):
             self.decision_latency.observe(value)
         for value in self._in_worker:
             self.decision_in_worker.observe(value)
+        for value in self._queued:
+            self.decision_queued.observe(value)
         for value in self._delays:
             self.feedback_delay.observe(value)
         self._records.clear()
         self._dead_letters.clear()
         self._latencies.clear()
         self._in_worker.clear()
+        self._queued.clear()
         self._delays.clear()
 
     def pending(self, partition: int, open_decisions: int) -> None:

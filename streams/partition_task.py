@@ -65,8 +65,12 @@ class PendingCommit:
     learners: list[str]  # whose entries the commit writes (their gauges changed)
     written: bool = False  # the state log acknowledged ``state`` where this owner expected
     acks: list[Awaitable[Any]] | None = None  # of the records in flight (the committer's)
-    cut_at: float = 0.0  # wall clock
-    published_at: float = 0.0  # wall clock, once the outputs are acknowledged
+    # Wall clock: the cut began, ended (the state made), the state was acknowledged, the
+    # outputs were acknowledged.
+    cut_at: float = 0.0
+    cut_done_at: float = 0.0
+    landed_at: float = 0.0
+    published_at: float = 0.0
 
 
 class PartitionTask:

@@ -425,8 +425,9 @@ class Worker:
             for task in list(self.ownership.tasks.values())
             if task.active and (commit := self._cut(task)) is not None
         ]
+        done = time.time()
         for commit in commits:
-            commit.cut_at = self.wall
+            commit.cut_at, commit.cut_done_at = self.wall, done
         self._waiting_events = 0
         self._committed.set()
         return commits
@@ -460,16 +461,20 @@ class Worker:
             return
         self.broker_heard = time.monotonic()
         for commit in published:
-            at = commit.published_at
+            at, cut_at = commit.published_at, commit.cut_at
             self.sink.published([max(0.0, at - ts) for ts in commit.context_ts],
-                                [max(0.0, at - fetched) for fetched in commit.decided_at])
+                                [max(0.0, at - fetched) for fetched in commit.decided_at],
+                                [max(0.0, cut_at - fetched) for fetched in commit.decided_at])
             for reason in commit.dead_reasons:  # (counted once out, not when produced)
                 self.sink.dead_lettered(reason)
             self.sink.commits.labels(str(commit.task.number)).inc()
             self.sink.state_log_bytes.inc(sum(len(v) for _, v in commit.state))
-        self.sink.commit_seconds.observe(
-            max(0.0, published[0].published_at - min(c.cut_at for c in published))
-        )
+        # (commits published together were cut together and their states sent together)
+        cut_at = min(c.cut_at for c in published)
+        cut_done_at = max(c.cut_done_at for c in published)
+        landed_at = max(c.landed_at for c in published)
+        self.sink.committed((max(0.0, cut_done_at - cut_at), max(0.0, landed_at - cut_done_at),
+                             max(0.0, published[0].published_at - landed_at)))
         self.sink.flush()
 
     def wall_now(self) -> float:
