@@ -1,26 +1,37 @@
-"""Decision latency beside its floor: banditflow against a no-op round trip, same broker, same run.
+"""Decision latency beside its floors: banditflow against no-op round trips, same broker, same run.
 
 On the embedded broker (Tansu) most of a decision's latency is the broker's: a fetch lists
 every record batch of its partition, and an empty fetch is held for its whole wait. So the
-worker's own share is only visible beside the **floor**, ``noop_roundtrip.py``: an aiokafka
-consumer re-publishing each context at once (one fetch and one produce per decision, the
-least any design adds). Tansu slows as batches accumulate, so every measurement gets a fresh
-broker; banditflow and the floor alternate (floor, banditflow, floor, ...) so that both meet
-the same machine load, and the table reports both and their difference.
+worker's own share is only visible beside the floors, ``noop_roundtrip.py``: an aiokafka
+consumer re-publishing each context (no learner, no state of its own), either
+
+- at once: the **floor** (one fetch and one produce per decision, the least any design
+  adds), or
+- once a state record of what it fetched is acknowledged: the **state-first floor**, the
+  least any design adds that publishes a decision only after its state is durable, as the
+  worker's commits do (streams/committer.py; pipelined the same way).
+
+Tansu slows as batches accumulate, so every measurement gets a fresh broker; the floor, the
+state-first floor and banditflow alternate so that all meet the same machine load, and the
+table reports each and banditflow's differences to both.
 
 Per measurement: one conformal SPS learner (K = 20, exact horizon 10^5), contexts at a fixed
 rate (``RATES``) for ``seconds``, each decision answered with feedback as soon as it is
 read (producers with ``linger_ms=0``, the decisions read with ``fetch_max_wait_ms=10``).
 Reported, medians over ``rounds`` rounds of each run's p50 / p95 / p99:
 
-- the application's latency (decision received - context sent), banditflow and the floor;
-- inside the worker, from the fetch that brought a context to its decision's publication
-  acknowledged (``banditflow_decision_in_worker_seconds``, interpolated in its buckets);
+- the application's latency (decision received - context sent), banditflow and both floors;
+- inside the process, from the fetch that brought a context to its decision's (output's)
+  publication acknowledged: the worker's ``banditflow_decision_in_worker_seconds``
+  (interpolated in its buckets), of which ``banditflow_decision_queued_seconds`` waiting for
+  its commit to be cut; and the floors' own (exact);
+- a commit's time (``banditflow_commit_seconds``) and its stages
+  (``banditflow_commit_stage_seconds``: cut, state, outputs);
 - state log bytes per decision (with its feedback), at each rate;
-- the CPU time per decision (with its feedback) of the worker and of the floor's process;
+- the CPU time per decision (with its feedback) of the worker and of the floors' processes;
 - the idle CPU of the worker and of the floor (one learner, no load, ``IDLE_S`` seconds).
 
-The floor's fetch wait is its best on this broker (``FLOOR_FETCH_WAIT_MS``: the issue-26
+The floors' fetch wait is the floor's best on this broker (``FLOOR_FETCH_WAIT_MS``: the issue-26
 measurements at 500/s gave p50/p99 20.5/71.8 ms at 20 ms, 16.5/52.9 at 10, 26.6/135.8 at 5,
 and a third of the records not back after seconds at 2).
 
@@ -66,14 +77,16 @@ from bench_state_layer import (
 )
 
 from banditflow.streams.broker import EmbeddedBroker, free_port
+from banditflow.streams.metrics import COMMIT_STAGES
 from banditflow.streams.scrape import value
-from banditflow.streams.topics import Topics, ensure_topics, partition_for
+from banditflow.streams.topics import Topics, ensure_topics, partition_for, state_topic
 
 HERE = Path(__file__).resolve().parent
 RATES = (500.0, 2000.0)
 FLOOR_FETCH_WAIT_MS = 10
 IDLE_S = 10.0
 IN_WORKER = "banditflow_decision_in_worker_seconds"
+QS = (0.5, 0.95, 0.99)
 PARTITION = partition_for("lat", PARTITIONS)  # the learner's
 
 
@@ -134,12 +147,16 @@ async def idle_cpu(pid: int, seconds: float) -> float:
     return (cpu_seconds(pid) - before) / seconds
 
 
-def bucket_quantiles(text: str, name: str, qs: tuple[float, ...]) -> dict[str, float] | None:
-    """Quantiles (ms) of histogram ``name`` in a /metrics text, linear within its buckets;
-    None when the worker exports no such histogram (code before it)."""
+def bucket_quantiles(
+    text: str, name: str, qs: tuple[float, ...], **labels: str
+) -> dict[str, float] | None:
+    """Quantiles (ms) of histogram ``name`` (its series with ``labels``) in a /metrics text,
+    linear within its buckets; None when the worker exports no such histogram (code before
+    it)."""
+    wanted = [f'{label}="{value}"' for label, value in labels.items()]
     bounds: list[tuple[float, float]] = []
     for line in text.splitlines():
-        if line.startswith(f"{name}_bucket{{"):
+        if line.startswith(f"{name}_bucket{{") and all(pair in line for pair in wanted):
             le = line.split('le="', 1)[1].split('"', 1)[0]
             bounds.append((float(le), float(line.rsplit(" ", 1)[1])))
     if not bounds or bounds[-1][1] == 0:
@@ -188,15 +205,24 @@ async def measure_banditflow(
     result["state_log_bytes_per_decision"] = (
         value(text, "banditflow_state_log_bytes_total") or 0.0
     ) / result["contexts"]
-    result["worker_ms"] = bucket_quantiles(text, IN_WORKER, (0.5, 0.95, 0.99))
-    result["commit_ms"] = bucket_quantiles(text, "banditflow_commit_seconds", (0.5, 0.95, 0.99))
+    result["worker_ms"] = bucket_quantiles(text, IN_WORKER, QS)
+    result["queued_ms"] = bucket_quantiles(text, "banditflow_decision_queued_seconds", QS)
+    result["commit_ms"] = bucket_quantiles(text, "banditflow_commit_seconds", QS)
+    for stage in COMMIT_STAGES:
+        result[f"{stage}_ms"] = bucket_quantiles(text, "banditflow_commit_stage_seconds", QS,
+                                                 stage=stage)
     result["commits_per_decision"] = (
         value(text, "banditflow_commits_total", partition=str(PARTITION)) or 0.0
     ) / result["contexts"]
     return result
 
 
-async def measure_floor(logs: Path, rate: float, seconds: float) -> dict[str, Any]:
+async def measure_floor(
+    logs: Path, rate: float, seconds: float, state_first: bool = False
+) -> dict[str, Any]:
+    """The no-op round trip at ``rate`` (``state_first``: writing a state record before it
+    re-publishes, see noop_roundtrip.py); with its own latency per context, fetch -> output
+    acknowledged (``process_ms``)."""
     with EmbeddedBroker(port=free_port(), log_path=logs / "broker.log") as broker:
         topics = Topics(f"floor-{os.getpid()}-{time.monotonic_ns()}")
         await asyncio.to_thread(ensure_topics, broker.bootstrap, topics, PARTITIONS, "floor")
@@ -205,6 +231,8 @@ async def measure_floor(logs: Path, rate: float, seconds: float) -> dict[str, An
             "NOOP_FEEDBACK": topics.feedback, "NOOP_OUTPUT": topics.decisions,
             "NOOP_FETCH_WAIT_MS": str(FLOOR_FETCH_WAIT_MS),
         }
+        if state_first:
+            env["NOOP_STATE_TOPIC"] = state_topic("floor")
         with open(logs / "floor.log", "ab") as log:
             process = subprocess.Popen(
                 [sys.executable, str(HERE / "noop_roundtrip.py")], env=env,
@@ -223,6 +251,8 @@ async def measure_floor(logs: Path, rate: float, seconds: float) -> dict[str, An
             if process.poll() is None:
                 process.kill()
                 process.wait()
+        assert process.stdout is not None
+        result["process_ms"] = json.loads(process.stdout.read())
     result["idle_cpu"] = idle
     return result
 
@@ -238,7 +268,7 @@ def table(results: dict[str, Any]) -> str:
     ]
     pcts = ("p50", "p95", "p99")
     for both in results["rates"].values():
-        ours, floor = both["banditflow"], both["floor"]
+        ours, floor, state_first = both["banditflow"], both["floor"], both["state_first"]
         achieved = statistics.median(run["achieved_rate"] for run in ours)
         rate = f"{achieved:,.0f}/s"
         rows = [
@@ -248,12 +278,24 @@ def table(results: dict[str, Any]) -> str:
              [median_of(floor, "app_ms", p) for p in pcts]),
             ("difference, banditflow - floor (ms)",
              [median_of(ours, "app_ms", p) - median_of(floor, "app_ms", p) for p in pcts]),
+            ("state-first floor: the no-op writing state before it publishes (ms)",
+             [median_of(state_first, "app_ms", p) for p in pcts]),
+            ("difference, banditflow - state-first floor (ms)",
+             [median_of(ours, "app_ms", p) - median_of(state_first, "app_ms", p)
+              for p in pcts]),
+            ("inside the worker: fetch -> decision acknowledged (ms, buckets)",
+             [median_of(ours, "worker_ms", p) for p in pcts]),
+            ("- of which queued for its commit (ms, buckets)",
+             [median_of(ours, "queued_ms", p) for p in pcts]),
+            ("inside the state-first floor: fetch -> output acknowledged (ms)",
+             [median_of(state_first, "process_ms", p) for p in pcts]),
+            ("inside the floor: fetch -> output acknowledged (ms)",
+             [median_of(floor, "process_ms", p) for p in pcts]),
+            ("a commit: cut -> its decisions acknowledged (ms, buckets)",
+             [median_of(ours, "commit_ms", p) for p in pcts]),
+            *[(f"- a commit's {stage} (ms, buckets)",
+               [median_of(ours, f"{stage}_ms", p) for p in pcts]) for stage in COMMIT_STAGES],
         ]
-        if all(run["worker_ms"] for run in ours):
-            rows.append(("inside the worker: fetch -> decision acknowledged (ms, buckets)",
-                         [median_of(ours, "worker_ms", p) for p in pcts]))
-        rows.append(("a commit: cut -> its decisions acknowledged (ms, buckets)",
-                     [median_of(ours, "commit_ms", p) for p in pcts]))
         for label, cells in rows:
             lines.append(f"| {rate} | {label} | " + " | ".join(f"{c:.1f}" for c in cells) + " |")
         per = statistics.median(run["state_log_bytes_per_decision"] for run in ours)
@@ -262,16 +304,16 @@ def table(results: dict[str, Any]) -> str:
         per = statistics.median(run["commits_per_decision"] for run in ours)
         lines.append(f"| {rate} | commits per decision | {per:.2f} | | |")
         cpu = [statistics.median(run["cpu_ms_per_decision"] for run in runs)
-               for runs in (ours, floor)]
-        lines.append(f"| {rate} | CPU per decision (ms), worker / floor | {cpu[0]:.2f} / "
-                     f"{cpu[1]:.2f} | | |")
-    idle_ours = [run["idle_cpu"] for both in results["rates"].values()
-                 for run in both["banditflow"]]
-    idle_floor = [run["idle_cpu"] for both in results["rates"].values()
-                  for run in both["floor"]]
+               for runs in (ours, floor, state_first)]
+        lines.append(f"| {rate} | CPU per decision (ms), worker / floor / state-first floor | "
+                     + " / ".join(f"{c:.2f}" for c in cpu) + " | | |")
+    idle = [
+        statistics.median(run["idle_cpu"] for both in results["rates"].values()
+                          for run in both[kind])
+        for kind in ("banditflow", "floor")
+    ]
     lines.append(f"| idle | CPU share of one core, worker / floor (1 learner, {IDLE_S:.0f} s) "
-                 f"| {statistics.median(idle_ours):.3f} / {statistics.median(idle_floor):.3f}"
-                 " | | |")
+                 f"| {idle[0]:.3f} / {idle[1]:.3f} | | |")
     return "\n".join(lines)
 
 
@@ -286,19 +328,23 @@ def run_benchmark(
 
     async def measure() -> None:
         for rate in rates:
-            both: dict[str, list[dict[str, Any]]] = {"banditflow": [], "floor": []}
+            both: dict[str, list[dict[str, Any]]] = {
+                "banditflow": [], "floor": [], "state_first": []
+            }
             results["rates"][f"{rate:.0f}"] = both
             for r in range(rounds):
                 both["floor"].append(await measure_floor(logs, rate, seconds))
+                both["state_first"].append(await measure_floor(logs, rate, seconds, True))
                 both["banditflow"].append(
                     await measure_banditflow(logs, rate, seconds, worker_args)
                 )
                 print(f"{rate:.0f}/s round {r + 1}/{rounds}: floor {both['floor'][-1]}\n"
+                      f"  state-first floor {both['state_first'][-1]}\n"
                       f"  banditflow {both['banditflow'][-1]}", flush=True)
 
     asyncio.run(measure())
     results["wall_s"] = time.monotonic() - started
-    heading = (f"Latency beside its floor: {rounds} rounds of {seconds:.0f} s per rate, a fresh "
+    heading = (f"Latency beside its floors: {rounds} rounds of {seconds:.0f} s per rate, a fresh "
                f"embedded broker per measurement, {PARTITIONS} partitions, {os.cpu_count()} "
                f"CPUs; worker options {' '.join(worker_args) or '(defaults)'}; medians over "
                f"the rounds of each run's percentile; "

@@ -1,15 +1,28 @@
-"""The floor of bench_latency.py: the least any design can add on the broker it runs on.
+"""The floors of bench_latency.py: the least a design can add on the broker it runs on.
 
-An aiokafka consumer of the input topics that re-publishes each context record at once, as it
-is, to the output topic (feedback is read and dropped): one fetch and one produce per
-decision, no state, no commit. Configured by environment variables (bench_latency.py sets
-them and starts it as a subprocess, as it starts a worker):
+An aiokafka consumer of the input topics that re-publishes each context record as it is to
+the output topic (feedback is read and dropped): no learner, no state of its own. Two modes:
+
+- **plain** (the issue-26 floor of any design): each context re-published at once, one
+  fetch and one produce per decision;
+- **state first** (``NOOP_STATE_TOPIC`` set; the floor of any design that publishes a decision
+  only once the state it came from is acknowledged, as the worker's commit protocol does):
+  the contexts fetched since the last state write are written, as one record, to the state
+  topic, and re-published once that record is acknowledged. Pipelined like
+  streams/committer.py: one state write in flight at a time, and the next one goes out with
+  the outputs of the one before, in one produce request.
+
+On SIGTERM it prints, as one JSON line, its own latency per context (ms, from the fetch that
+brought it to its output acknowledged: what the worker's ``banditflow_decision_in_worker_seconds``
+measures). Configured by environment variables (bench_latency.py sets them and starts it as a
+subprocess, as it starts a worker):
 
     NOOP_BOOTSTRAP      broker, host:port
     NOOP_CONTEXTS       the topic whose records are re-published
     NOOP_FEEDBACK       a topic read and dropped (the load a worker reads too)
     NOOP_OUTPUT         output topic
     NOOP_FETCH_WAIT_MS  the consumer's fetch_max_wait_ms
+    NOOP_STATE_TOPIC    (optional) the state first mode's state topic
 
 Run: ``python tests/benchmarks/noop_roundtrip.py``; it prints "ready" once it reads.
 """
@@ -17,16 +30,58 @@ Run: ``python tests/benchmarks/noop_roundtrip.py``; it prints "ready" once it re
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
+import time
+from typing import Any
 
+import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+
+class Republisher:
+    """Re-publishes fetched contexts (plain, or state first) and keeps each one's latency."""
+
+    def __init__(self, producer: AIOKafkaProducer, output: str, state_topic: str | None) -> None:
+        self.producer, self.output, self.state_topic = producer, output, state_topic
+        self.fetched: list[tuple[float, Any]] = []  # (when fetched, record), not written yet
+        self.wanted = asyncio.Event()
+        self.latencies_ms: list[float] = []
+
+    def add(self, fetched_at: float, records: list[Any]) -> None:
+        self.fetched.extend((fetched_at, record) for record in records)
+        self.wanted.set()
+
+    async def run(self) -> None:
+        """Write what was fetched: at once (plain), or after its state record (state first,
+        one write in flight at a time)."""
+        while True:
+            await self.wanted.wait()
+            self.wanted.clear()
+            batch, self.fetched = self.fetched, []
+            if self.state_topic is not None:
+                state = b"".join(record.value for _, record in batch)
+                await (await self.producer.send(self.state_topic, state,
+                                                partition=batch[0][1].partition))
+            acks = [
+                await self.producer.send(self.output, record.value, record.key,
+                                         partition=record.partition)
+                for _, record in batch
+            ]
+            fetched_at = [at for at, _ in batch]
+            asyncio.gather(*acks).add_done_callback(
+                lambda _, fetched_at=fetched_at: self._acknowledged(fetched_at)
+            )
+
+    def _acknowledged(self, fetched_at: list[float]) -> None:
+        now = time.monotonic()
+        self.latencies_ms.extend((now - at) * 1000 for at in fetched_at)
 
 
 async def main() -> None:
     bootstrap = os.environ["NOOP_BOOTSTRAP"]
     contexts, feedback = os.environ["NOOP_CONTEXTS"], os.environ["NOOP_FEEDBACK"]
-    output = os.environ["NOOP_OUTPUT"]
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest",
@@ -40,20 +95,26 @@ async def main() -> None:
         for topic in (contexts, feedback)
         for p in sorted(consumer.partitions_for_topic(topic) or ())
     ])
+    republisher = Republisher(producer, os.environ["NOOP_OUTPUT"],
+                              os.environ.get("NOOP_STATE_TOPIC"))
+    writing = asyncio.ensure_future(republisher.run())
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     print("ready", flush=True)
     try:
         while not stop.is_set():
             fetched = await consumer.getmany(timeout_ms=100)
+            now = time.monotonic()
             for tp, records in fetched.items():
                 if tp.topic == contexts:
-                    for record in records:
-                        await producer.send(output, record.value, record.key,
-                                            partition=tp.partition)
+                    republisher.add(now, records)
     finally:
+        writing.cancel()
         await consumer.stop()
         await producer.stop()
+    latencies = republisher.latencies_ms or [0.0]
+    p50, p95, p99 = np.percentile(latencies, [50, 95, 99])
+    print(json.dumps({"p50": p50, "p95": p95, "p99": p99, "max": max(latencies)}), flush=True)
 
 
 if __name__ == "__main__":
