@@ -227,7 +227,8 @@ class PrometheusSink(Sink):
             "banditflow_commit_stage_seconds",
             "A commit's time by stage, adding up to banditflow_commit_seconds: cut (its state "
             "made), state (its state log records acknowledged), outputs (its decisions and "
-            "dead letters acknowledged)",
+            "dead letters acknowledged; when a commit follows at once, they go out with its "
+            "state, after its cut)",
             ("stage",),
             buckets=commit_buckets,
             registry=r,

@@ -469,12 +469,12 @@ class Worker:
                 self.sink.dead_lettered(reason)
             self.sink.commits.labels(str(commit.task.number)).inc()
             self.sink.state_log_bytes.inc(sum(len(v) for _, v in commit.state))
-        # (commits published together were cut together and their states sent together)
-        cut_at = min(c.cut_at for c in published)
-        cut_done_at = max(c.cut_done_at for c in published)
-        landed_at = max(c.landed_at for c in published)
-        self.sink.committed((max(0.0, cut_done_at - cut_at), max(0.0, landed_at - cut_done_at),
-                             max(0.0, published[0].published_at - landed_at)))
+        # (commits published together were cut together, and their outputs acknowledged
+        # together; each task's state landed on its own)
+        first, landed_at = published[0], max(c.landed_at for c in published)
+        self.sink.committed((max(0.0, first.cut_done_at - first.cut_at),
+                             max(0.0, landed_at - first.cut_done_at),
+                             max(0.0, first.published_at - landed_at)))
         self.sink.flush()
 
     def wall_now(self) -> float:

@@ -149,10 +149,9 @@ async def idle_cpu(pid: int, seconds: float) -> float:
 
 def bucket_quantiles(
     text: str, name: str, qs: tuple[float, ...], **labels: str
-) -> dict[str, float] | None:
+) -> dict[str, float]:
     """Quantiles (ms) of histogram ``name`` (its series with ``labels``) in a /metrics text,
-    linear within its buckets; None when the worker exports no such histogram (code before
-    it)."""
+    linear within its buckets."""
     wanted = [f'{label}="{value}"' for label, value in labels.items()]
     bounds: list[tuple[float, float]] = []
     for line in text.splitlines():
@@ -160,7 +159,7 @@ def bucket_quantiles(
             le = line.split('le="', 1)[1].split('"', 1)[0]
             bounds.append((float(le), float(line.rsplit(" ", 1)[1])))
     if not bounds or bounds[-1][1] == 0:
-        return None
+        raise AssertionError(f"the worker exported no observations of {name} {labels}")
     bounds.sort()
     total, result = bounds[-1][1], {}
     for q in qs:
@@ -242,7 +241,8 @@ async def measure_floor(
             assert process.stdout is not None
             ready = await asyncio.to_thread(process.stdout.readline)
             assert ready.strip() == b"ready", ready
-            idle = await idle_cpu(process.pid, IDLE_S)
+            # (the state-first floor idles as the floor does: its idle CPU is not measured)
+            idle = None if state_first else await idle_cpu(process.pid, IDLE_S)
             result = await drive(broker.bootstrap, topics, rate, seconds, process.pid)
         finally:
             process.terminate()
@@ -252,8 +252,9 @@ async def measure_floor(
                 process.kill()
                 process.wait()
         assert process.stdout is not None
-        result["process_ms"] = json.loads(process.stdout.read())
-    result["idle_cpu"] = idle
+        result["process_ms"] = percentiles(json.loads(process.stdout.read()))
+    if idle is not None:
+        result["idle_cpu"] = idle
     return result
 
 

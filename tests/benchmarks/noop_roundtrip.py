@@ -7,15 +7,15 @@ the output topic (feedback is read and dropped): no learner, no state of its own
   fetch and one produce per decision;
 - **state first** (``NOOP_STATE_TOPIC`` set; the floor of any design that publishes a decision
   only once the state it came from is acknowledged, as the worker's commit protocol does):
-  the contexts fetched since the last state write are written, as one record, to the state
-  topic, and re-published once that record is acknowledged. Pipelined like
+  the contexts fetched since the last state write are written, as one record per partition,
+  to the state topic, and re-published once those records are acknowledged. Pipelined like
   streams/committer.py: one state write in flight at a time, and the next one goes out with
   the outputs of the one before, in one produce request.
 
-On SIGTERM it prints, as one JSON line, its own latency per context (ms, from the fetch that
-brought it to its output acknowledged: what the worker's ``banditflow_decision_in_worker_seconds``
-measures). Configured by environment variables (bench_latency.py sets them and starts it as a
-subprocess, as it starts a worker):
+On SIGTERM it prints, as one JSON list, its own latency per context (ms, from the fetch that
+brought it to its output acknowledged: what the worker's
+``banditflow_decision_in_worker_seconds`` measures). Configured by environment variables
+(bench_latency.py sets them and starts it as a subprocess, as it starts a worker):
 
     NOOP_BOOTSTRAP      broker, host:port
     NOOP_CONTEXTS       the topic whose records are re-published
@@ -30,14 +30,14 @@ Run: ``python tests/benchmarks/noop_roundtrip.py``; it prints "ready" once it re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import time
-from typing import Any
+from collections import defaultdict
 
-import numpy as np
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
 
 class Republisher:
@@ -45,25 +45,33 @@ class Republisher:
 
     def __init__(self, producer: AIOKafkaProducer, output: str, state_topic: str | None) -> None:
         self.producer, self.output, self.state_topic = producer, output, state_topic
-        self.fetched: list[tuple[float, Any]] = []  # (when fetched, record), not written yet
+        # (when fetched, record), not written yet
+        self.fetched: list[tuple[float, ConsumerRecord[bytes, bytes]]] = []
         self.wanted = asyncio.Event()
         self.latencies_ms: list[float] = []
+        self.failure: BaseException | None = None  # an output the broker did not take
 
-    def add(self, fetched_at: float, records: list[Any]) -> None:
+    def add(self, fetched_at: float, records: list[ConsumerRecord[bytes, bytes]]) -> None:
         self.fetched.extend((fetched_at, record) for record in records)
         self.wanted.set()
 
     async def run(self) -> None:
-        """Write what was fetched: at once (plain), or after its state record (state first,
-        one write in flight at a time)."""
+        """Write what was fetched: at once (plain), or after its state records (state first,
+        one per partition as the worker writes one per partition; one write in flight at a
+        time)."""
         while True:
             await self.wanted.wait()
             self.wanted.clear()
             batch, self.fetched = self.fetched, []
             if self.state_topic is not None:
-                state = b"".join(record.value for _, record in batch)
-                await (await self.producer.send(self.state_topic, state,
-                                                partition=batch[0][1].partition))
+                states: dict[int, list[bytes]] = defaultdict(list)
+                for _, record in batch:
+                    states[record.partition].append(record.value)
+                sent = [await self.producer.send(self.state_topic, b"".join(values),
+                                                 partition=partition)
+                        for partition, values in states.items()]
+                for ack in sent:
+                    await ack
             acks = [
                 await self.producer.send(self.output, record.value, record.key,
                                          partition=record.partition)
@@ -71,10 +79,13 @@ class Republisher:
             ]
             fetched_at = [at for at, _ in batch]
             asyncio.gather(*acks).add_done_callback(
-                lambda _, fetched_at=fetched_at: self._acknowledged(fetched_at)
+                lambda done, fetched_at=fetched_at: self._acknowledged(done, fetched_at)
             )
 
-    def _acknowledged(self, fetched_at: list[float]) -> None:
+    def _acknowledged(self, done: asyncio.Future[list[object]], fetched_at: list[float]) -> None:
+        if done.exception() is not None:
+            self.failure = done.exception()
+            return
         now = time.monotonic()
         self.latencies_ms.extend((now - at) * 1000 for at in fetched_at)
 
@@ -103,6 +114,8 @@ async def main() -> None:
     print("ready", flush=True)
     try:
         while not stop.is_set():
+            if writing.done():
+                writing.result()  # (raises what stopped it)
             fetched = await consumer.getmany(timeout_ms=100)
             now = time.monotonic()
             for tp, records in fetched.items():
@@ -110,11 +123,15 @@ async def main() -> None:
                     republisher.add(now, records)
     finally:
         writing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await writing
         await consumer.stop()
         await producer.stop()
-    latencies = republisher.latencies_ms or [0.0]
-    p50, p95, p99 = np.percentile(latencies, [50, 95, 99])
-    print(json.dumps({"p50": p50, "p95": p95, "p99": p99, "max": max(latencies)}), flush=True)
+    if republisher.failure is not None:
+        raise republisher.failure
+    if not republisher.latencies_ms:
+        raise SystemExit("no output was acknowledged")
+    print(json.dumps([round(ms, 3) for ms in republisher.latencies_ms]), flush=True)
 
 
 if __name__ == "__main__":

@@ -215,17 +215,15 @@ def test_contexts_decisions_feedback_metrics_and_dead_letters(
     assert value(text, "banditflow_decision_latency_seconds_count") == 300
     assert value(text, "banditflow_feedback_delay_seconds_count") == 300
     # Where a decision's time inside the worker went: queued for its commit, then the commit's
-    # stages, each of them taking time (a stage never stamped would read 0 here).
+    # stages, each taking time (a stage stamped at the wrong step, or never, reads 0 here, and
+    # the one after it then takes the whole commit).
     assert value(text, "banditflow_decision_queued_seconds_count") == 300
     queued = value(text, "banditflow_decision_queued_seconds_sum")
     assert 0 < queued < value(text, "banditflow_decision_in_worker_seconds_sum")
-    commits = value(text, "banditflow_commit_seconds_count")
+    commit = value(text, "banditflow_commit_seconds_sum")
     stages = {stage: value(text, "banditflow_commit_stage_seconds_sum", stage=stage)
               for stage in ("cut", "state", "outputs")}
-    assert all(seconds > 0 for seconds in stages.values()), stages
-    for stage in stages:
-        assert value(text, "banditflow_commit_stage_seconds_count", stage=stage) == commits
-    assert sum(stages.values()) == pytest.approx(value(text, "banditflow_commit_seconds_sum"))
+    assert all(0 < seconds < commit for seconds in stages.values()), (stages, commit)
     if shutil.which("promtool"):
         check = subprocess.run(
             ["promtool", "check", "metrics"], input=text.encode(), capture_output=True, timeout=30
