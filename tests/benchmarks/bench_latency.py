@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import statistics
@@ -245,14 +244,15 @@ async def measure_floor(
             idle = None if state_first else await idle_cpu(process.pid, IDLE_S)
             result = await drive(broker.bootstrap, topics, rate, seconds, process.pid)
         finally:
+            # (its latencies come on stdout as it stops: read while waiting, as they outgrow
+            # a pipe's buffer)
             process.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=10)
-            if process.poll() is None:
+            try:
+                latencies, _ = await asyncio.to_thread(process.communicate, timeout=30)
+            except subprocess.TimeoutExpired:
                 process.kill()
-                process.wait()
-        assert process.stdout is not None
-        result["process_ms"] = percentiles(json.loads(process.stdout.read()))
+                latencies, _ = await asyncio.to_thread(process.communicate)
+        result["process_ms"] = percentiles(json.loads(latencies))
     if idle is not None:
         result["idle_cpu"] = idle
     return result
