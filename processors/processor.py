@@ -61,6 +61,7 @@ from banditflow.schemas import (
     Limits,
     Rejected,
     TruthEnvelope,
+    family_events,
     parse_event,
     parse_family_event,
 )
@@ -71,6 +72,8 @@ log = logging.getLogger(__name__)
 ENVELOPE = {"schema_version", "learner_id", "event_id", "ts"}
 # ... and a context's instruction to the worker, not to the learner
 CONTEXT_ENVELOPE = ENVELOPE | {"after_updates"}
+# What is read of a record (by kind) while its learner, and so its family, is unknown.
+ENVELOPES = {"context": ContextEnvelope, "feedback": FeedbackEnvelope, "truth": TruthEnvelope}
 # Exceptions from a learner that mean "this event is unusable", not "the worker is broken"
 # (a learner built from parameters it cannot work with is an invalid config).
 LEARNER_FAILURES = (LearnerError, ValueError, TypeError, IndexError, KeyError, ArithmeticError)
@@ -182,35 +185,79 @@ class Processor:
             self._dead(out, rejected.reason, rejected.detail, raw, source, now,
                        rejected.learner_id, rejected.event_id)
             return None
-        if self.expected_partition is not None:
-            expected = self.expected_partition(record.learner_id)
-            if expected != source.partition:
-                self._dead(
-                    out,
-                    "misrouted",
-                    f"key {record.learner_id!r} belongs to partition {expected}, the record came "
-                    f"on {source.partition}: produce with key = learner_id and the murmur2 "
-                    "partitioner (kcat: -X topic.partitioner=murmur2_random)",
-                    raw,
-                    source,
-                    now,
-                    record.learner_id,
-                    getattr(record, "event_id", None),
-                )
-                return None
-        return record
+        return record if self._routed(record, raw, source, now, out) else None
 
-    def _parse_family(
-        self, raw: bytes, family_name: str, kind: str, source: Source, now: float, out: Emitted
-    ) -> Any:
-        """A record whose envelope :meth:`_parse` read, checked by its learner's family's
-        ``kind`` model."""
+    def _routed(self, record: Any, raw: bytes, source: Source, now: float, out: Emitted) -> bool:
+        """Whether ``record`` came on its learner's partition (else it is dead-lettered)."""
+        if self.expected_partition is None:
+            return True
+        expected = self.expected_partition(record.learner_id)
+        if expected == source.partition:
+            return True
+        self._dead(
+            out,
+            "misrouted",
+            f"key {record.learner_id!r} belongs to partition {expected}, the record came "
+            f"on {source.partition}: produce with key = learner_id and the murmur2 "
+            "partitioner (kcat: -X topic.partitioner=murmur2_random)",
+            raw,
+            source,
+            now,
+            record.learner_id,
+            getattr(record, "event_id", None),
+        )
+        return False
+
+    def _read(
+        self, raw: bytes | None, kind: str, source: Source, now: float, out: Emitted
+    ) -> tuple[Any, LearnerEntry | None] | None:
+        """A ``kind`` record (context, feedback, truth) with its learner's entry: checked by
+        the learner's family's model, or only by its envelope while the learner is unknown
+        (entry None); None when it was dead-lettered.
+
+        A record of a known learner is checked in one parse, by its family's model: that
+        model checks everything the envelope does (the same fields, strict and finite, and
+        no field beyond its own), so a record it accepts passes both steps below. A record it
+        refuses goes through them, envelope first, which say why as for any record."""
+        known = self._known_learner(raw)
+        if known is not None:
+            lid, entry = known
+            try:
+                record = parse_event(raw, getattr(family_events(entry.config.family), kind),
+                                     self.limits)
+            except Rejected:
+                pass
+            else:
+                # (orjson and pydantic read one learner_id: a text naming two, say, is
+                # read in the two steps)
+                if record.learner_id == lid:
+                    return (record, entry) if self._routed(record, raw, source, now, out) else None
+        envelope = self._parse(raw, ENVELOPES[kind], source, now, out)
+        if envelope is None:
+            return None
+        entry = self.store.learners.get(envelope.learner_id)
+        if entry is None:
+            return envelope, None
         try:
-            return parse_family_event(raw, family_name, kind, self.limits)
+            record = parse_family_event(raw, entry.config.family, kind, self.limits)
         except Rejected as rejected:
             self._dead(out, rejected.reason, rejected.detail, raw, source, now,
                        rejected.learner_id, rejected.event_id)
             return None
+        return record, entry
+
+    def _known_learner(self, raw: bytes | None) -> tuple[str, LearnerEntry] | None:
+        """The learner id ``raw`` names and its entry, if the learner is known (a glance,
+        no check: :meth:`_read` checks the record)."""
+        if raw is None or len(raw) > self.limits.max_event_bytes:
+            return None
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return None
+        lid = value.get("learner_id") if isinstance(value, dict) else None
+        entry = self.store.learners.get(lid) if isinstance(lid, str) else None
+        return None if entry is None else (lid, entry)
 
     def _unknown_learner(
         self, out: Emitted, raw: bytes, source: Source, now: float, lid: str, eid: str | None
@@ -309,20 +356,17 @@ class Processor:
         """Decide a context (unless its ``after_updates`` says to hold it, and
         ``hold_for_updates``)."""
         out = Emitted()
-        context = self._parse(raw, ContextEnvelope, source, now, out)
-        if context is None:
+        read = self._read(raw, "context", source, now, out)
+        if read is None:
             return out
+        context, entry = read
         lid, eid = context.learner_id, context.event_id
         key = event_key(lid, eid)
         store = self.store
-        entry = store.learners.get(lid)
         if entry is None:  # (checked by its family's model once its learner is known)
             self._hold_context(key, raw, source, now)
             return out
         config = entry.config
-        context = self._parse_family(raw, config.family, "context", source, now, out)
-        if context is None:
-            return out
         record = store.decision(key)
         if record is not None:
             out.decisions.append(self._decision(lid, eid, entry, record, redelivered=True))
@@ -492,17 +536,12 @@ class Processor:
         self, raw: bytes, source: Source, now: float, *, hold_if_unknown: bool = True
     ) -> Emitted:
         out = Emitted()
-        feedback = self._parse(raw, FeedbackEnvelope, source, now, out)
-        if feedback is None:
+        read = self._read(raw, "feedback", source, now, out)
+        if read is None:
             return out
+        feedback, entry = read  # (an unknown learner's: its family's model checks it once released)
         lid, eid = feedback.learner_id, feedback.event_id
         store = self.store
-        entry = store.learners.get(lid)
-        if entry is not None:  # (else checked by its family's model once it is released)
-            feedback = self._parse_family(raw, entry.config.family, "feedback", source, now,
-                                          out)
-            if feedback is None:
-                return out
 
         def dead(reason: str, detail: str) -> Emitted:
             self._dead(out, reason, detail, raw, source, now, lid, eid)
@@ -606,17 +645,14 @@ class Processor:
     def on_truth(self, raw: bytes, source: Source, now: float) -> Emitted:
         """Ground truth for a decided event: exact coverage and regret for the metrics."""
         out = Emitted()
-        truth = self._parse(raw, TruthEnvelope, source, now, out)
-        if truth is None:
+        read = self._read(raw, "truth", source, now, out)
+        if read is None:
             return out
+        truth, entry = read
         lid, eid = truth.learner_id, truth.event_id
         store = self.store
-        entry = store.learners.get(lid)
         if entry is None:
             self._unknown_learner(out, raw, source, now, lid, eid)
-            return out
-        truth = self._parse_family(raw, entry.config.family, "truth", source, now, out)
-        if truth is None:
             return out
         key = event_key(lid, eid)
         record = store.decision(key)
