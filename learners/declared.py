@@ -96,6 +96,7 @@ class Params:
     """Base of the params records: frozen, ``kw_only`` dataclasses of :func:`param` fields."""
 
     _fields: ClassVar[dict[type, list[tuple[str, type | None, Rule, Any]]]] = {}
+    _named: ClassVar[dict[type, dict[str, tuple[str, type | None, Rule, Any]]]] = {}
 
     @classmethod
     def names(cls) -> frozenset[str]:
@@ -117,13 +118,18 @@ class Params:
     def read_one(cls, given: Mapping[str, Any], name: str) -> Any:
         """One parameter of a config, checked as :meth:`read` checks it (for the family's
         statistics hooks, which see the config's ``params`` at every event)."""
-        entry = next(entry for entry in cls._declared() if entry[0] == name)
-        return _read(given, *entry)
+        return _read(given, *cls._by_name()[name])
 
     def validated(self) -> Self:
         """Rules between parameters, and defaults that depend on others (``dataclasses.replace``
         returns the completed record); raise :class:`LearnerError`. None by default."""
         return self
+
+    @classmethod
+    def _by_name(cls) -> dict[str, tuple[str, type | None, Rule, Any]]:
+        if cls not in Params._named:
+            Params._named[cls] = {entry[0]: entry for entry in cls._declared()}
+        return Params._named[cls]
 
     @classmethod
     def _declared(cls) -> list[tuple[str, type | None, Rule, Any]]:

@@ -31,6 +31,8 @@ FAMILIES: dict[str, str] = {
     "prob_graph": "banditflow.learners.prob_graph.family",
 }
 _registered: dict[str, Family] = {}
+# The built-in families imported so far (the processor asks for a family at every event).
+_imported: dict[str, Family] = {}
 # Bumped whenever the set of families changes: what is derived from every family's
 # declaration (e.g. the fields some family's records carry) is cached under it.
 _generation = 0
@@ -38,12 +40,13 @@ _generation = 0
 
 def family(name: str) -> Family:
     """The front door of family ``name``; a clear error lists the known families."""
-    if name in _registered:
-        return _registered[name]
+    declared = _registered.get(name) or _imported.get(name)
+    if declared is not None:
+        return declared
     if name not in FAMILIES:
         known = ", ".join([*FAMILIES, *_registered])
         raise LearnerError(f"unknown family {name!r}; known: {known}")
-    declared: Family = importlib.import_module(FAMILIES[name]).FAMILY
+    declared = _imported[name] = importlib.import_module(FAMILIES[name]).FAMILY
     return declared
 
 
