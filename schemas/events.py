@@ -39,6 +39,10 @@ class Record(BaseModel):
     ts: float | None = Field(None, description="event time, seconds since the epoch")
 
 
+# What every family's event model keeps of Record's config.
+STRICT = {key: Record.model_config.get(key) for key in ("strict", "allow_inf_nan", "extra")}
+
+
 def _storable(params: dict[str, Any]) -> dict[str, Any]:
     # The config is stored in the state log with the learner; one that cannot be encoded
     # there would fail every commit of its partition.
@@ -285,8 +289,16 @@ def _checked_events(name: str, declared: Family) -> FamilyEvents:
             f"family {name!r}: {declared.events} defines no EVENTS = FamilyEvents(...)")
     for kind, base in zip(FamilyEvents._fields, (ContextRecord, FeedbackRecord, TruthRecord),
                           strict=True):
-        if not issubclass(getattr(events, kind), base):
+        model = getattr(events, kind)
+        if not issubclass(model, base):
             raise LearnerError(f"family {name!r}: its {kind} model is not a {base.__name__}")
+        # (the worker reads a known learner's record with this model alone: it must refuse
+        # all the envelope refuses, see processors/processor.py, Processor._read)
+        loosened = {key: model.model_config.get(key) for key, value in STRICT.items()
+                    if model.model_config.get(key) != value}
+        if loosened:
+            raise LearnerError(f"family {name!r}: its {kind} model sets {loosened}; event models "
+                               f"keep {STRICT}")
     unknown = set(events.context.SIZED.values()) - set(LIMITS)
     if unknown:
         raise LearnerError(f"family {name!r}: its context fields are bounded by unknown limits "

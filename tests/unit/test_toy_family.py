@@ -8,14 +8,18 @@ an evaluation task and a log builder, and the front door, ``TOY``."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
+import sys
+import types
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import pytest
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 from test_learner_contract import check_learner_contract
 
 from banditflow.learners.base import Decided, Learned, Learner, LearnerError
@@ -24,7 +28,13 @@ from banditflow.learners.registry import algorithms, family, register, unregiste
 from banditflow.offline.archive import joined_rounds
 from banditflow.offline.evaluation.replay import LoggedRound, replay
 from banditflow.processors import PartitionStore, Processor, Source
-from banditflow.schemas.events import ContextRecord, FamilyEvents, FeedbackRecord, TruthRecord
+from banditflow.schemas.events import (
+    ContextRecord,
+    FamilyEvents,
+    FeedbackRecord,
+    TruthRecord,
+    family_events,
+)
 from banditflow.streams.metrics import PrometheusSink
 from banditflow.streams.simulate import SimulationSettings, prepare
 
@@ -313,6 +323,27 @@ def test_a_registered_familys_decisions_are_logged_rounds(toy: Family) -> None:
         archived("feedback", ratings={"1": 0.5, "0": 0.0}),
     ])
     assert (round_.action, round_.reward, round_.revealed) == (1, 0.5, {1: 0.5, 0: 0.0})
+
+
+class LooseContext(ToyContext):
+    model_config = ConfigDict(extra="allow")
+
+
+def test_a_family_whose_model_takes_what_the_envelope_refuses_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker reads a known learner's record with its family's model alone (one parse):
+    a model that loosens Record's config would let through what the envelope refuses."""
+    module = types.ModuleType("loose_events")
+    module.EVENTS = FamilyEvents(LooseContext, ToyFeedback, ToyTruth)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "loose_events", module)
+    register(dataclasses.replace(TOY, name="loose", events="loose_events"))
+    try:
+        loosened = re.escape("its context model sets {'extra': 'allow'}")
+        with pytest.raises(LearnerError, match=loosened):
+            family_events("loose")
+    finally:
+        unregister("loose")
 
 
 def test_an_unregistered_family_is_unknown() -> None:
