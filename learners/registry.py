@@ -40,13 +40,15 @@ _generation = 0
 
 def family(name: str) -> Family:
     """The front door of family ``name``; a clear error lists the known families."""
-    declared = _registered.get(name) or _imported.get(name)
-    if declared is not None:
-        return declared
+    if name in _registered:
+        return _registered[name]
+    if name in _imported:
+        return _imported[name]
     if name not in FAMILIES:
         known = ", ".join([*FAMILIES, *_registered])
         raise LearnerError(f"unknown family {name!r}; known: {known}")
-    declared = _imported[name] = importlib.import_module(FAMILIES[name]).FAMILY
+    declared: Family = importlib.import_module(FAMILIES[name]).FAMILY
+    _imported[name] = declared
     return declared
 
 

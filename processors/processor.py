@@ -65,6 +65,7 @@ from banditflow.schemas import (
     parse_event,
     parse_family_event,
 )
+from banditflow.schemas.events import refuses_what_its_envelope_refuses
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +73,10 @@ log = logging.getLogger(__name__)
 ENVELOPE = {"schema_version", "learner_id", "event_id", "ts"}
 # ... and a context's instruction to the worker, not to the learner
 CONTEXT_ENVELOPE = ENVELOPE | {"after_updates"}
-# What is read of a record (by kind) while its learner, and so its family, is unknown.
-ENVELOPES = {"context": ContextEnvelope, "feedback": FeedbackEnvelope, "truth": TruthEnvelope}
+# The model of a record (by kind) read while its learner, and so its family, is unknown.
+ENVELOPE_MODELS = {
+    "context": ContextEnvelope, "feedback": FeedbackEnvelope, "truth": TruthEnvelope,
+}
 # Exceptions from a learner that mean "this event is unusable", not "the worker is broken"
 # (a learner built from parameters it cannot work with is an invalid config).
 LEARNER_FAILURES = (LearnerError, ValueError, TypeError, IndexError, KeyError, ArithmeticError)
@@ -182,10 +185,15 @@ class Processor:
         try:
             record = parse_event(raw, model, self.limits)
         except Rejected as rejected:
-            self._dead(out, rejected.reason, rejected.detail, raw, source, now,
-                       rejected.learner_id, rejected.event_id)
+            self._refused(rejected, raw, source, now, out)
             return None
         return record if self._routed(record, raw, source, now, out) else None
+
+    def _refused(
+        self, rejected: Rejected, raw: bytes, source: Source, now: float, out: Emitted
+    ) -> None:
+        self._dead(out, rejected.reason, rejected.detail, raw, source, now,
+                   rejected.learner_id, rejected.event_id)
 
     def _routed(self, record: Any, raw: bytes, source: Source, now: float, out: Emitted) -> bool:
         """Whether ``record`` came on its learner's partition (else it is dead-lettered)."""
@@ -215,24 +223,23 @@ class Processor:
         the learner's family's model, or only by its envelope while the learner is unknown
         (entry None); None when it was dead-lettered.
 
-        A record of a known learner is checked in one parse, by its family's model: that
-        model checks everything the envelope does (the same fields, strict and finite, and
-        no field beyond its own), so a record it accepts passes both steps below. A record it
-        refuses goes through them, envelope first, which say why as for any record."""
-        known = self._known_learner(raw)
-        if known is not None:
-            lid, entry = known
+        A record of a known learner is checked in one parse, by its family's model, when that
+        model refuses all the envelope refuses (the built-in families' do:
+        :func:`~banditflow.schemas.events.refuses_what_its_envelope_refuses`), so that a
+        record it accepts passes both steps below. A record it refuses goes through them,
+        envelope first, which say why as for any record (a refused record costs more
+        parses than before; a valid one, half)."""
+        model = self._one_parse_model(raw, kind)
+        if model is not None:
+            lid, entry, family_model = model
             try:
-                record = parse_event(raw, getattr(family_events(entry.config.family), kind),
-                                     self.limits)
+                record = parse_event(raw, family_model, self.limits)
             except Rejected:
                 pass
             else:
-                # (orjson and pydantic read one learner_id: a text naming two, say, is
-                # read in the two steps)
-                if record.learner_id == lid:
+                if record.learner_id == lid:  # (defensive: both parsers read the same JSON)
                     return (record, entry) if self._routed(record, raw, source, now, out) else None
-        envelope = self._parse(raw, ENVELOPES[kind], source, now, out)
+        envelope = self._parse(raw, ENVELOPE_MODELS[kind], source, now, out)
         if envelope is None:
             return None
         entry = self.store.learners.get(envelope.learner_id)
@@ -241,14 +248,17 @@ class Processor:
         try:
             record = parse_family_event(raw, entry.config.family, kind, self.limits)
         except Rejected as rejected:
-            self._dead(out, rejected.reason, rejected.detail, raw, source, now,
-                       rejected.learner_id, rejected.event_id)
+            self._refused(rejected, raw, source, now, out)
             return None
         return record, entry
 
-    def _known_learner(self, raw: bytes | None) -> tuple[str, LearnerEntry] | None:
-        """The learner id ``raw`` names and its entry, if the learner is known (a glance,
-        no check: :meth:`_read` checks the record)."""
+    def _one_parse_model(
+        self, raw: bytes | None, kind: str
+    ) -> tuple[str, LearnerEntry, type] | None:
+        """The learner id ``raw`` names, its entry and its family's ``kind`` model, if the
+        learner is known and the model may read the record alone (a glance, no check:
+        :meth:`_read` checks the record). orjson refuses NaN, Infinity and numbers beyond
+        a double or 64 bits: such a record is read in the two steps, as before."""
         if raw is None or len(raw) > self.limits.max_event_bytes:
             return None
         try:
@@ -257,7 +267,13 @@ class Processor:
             return None
         lid = value.get("learner_id") if isinstance(value, dict) else None
         entry = self.store.learners.get(lid) if isinstance(lid, str) else None
-        return None if entry is None else (lid, entry)
+        if entry is None:
+            return None
+        try:
+            model = getattr(family_events(entry.config.family), kind)
+        except LearnerError:  # (its family is gone: the two steps say so as before)
+            return None
+        return (lid, entry, model) if refuses_what_its_envelope_refuses(model) else None
 
     def _unknown_learner(
         self, out: Emitted, raw: bytes, source: Source, now: float, lid: str, eid: str | None

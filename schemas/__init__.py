@@ -4,8 +4,10 @@ Every event carries ``schema_version``; this build reads versions up to
 :data:`SCHEMA_VERSION`. The JSON Schema files beside this module are generated from these
 models (``banditflow schemas --write``) and a test fails when the two drift apart.
 
-A record's envelope is read first (the worker does not know its family yet), the rest with
-its learner's family's model:
+A record of a learner the worker does not know yet has its envelope read first (the record
+does not name its family), the rest with its learner's family's model once the learner is
+known; a known learner's record is read with that model alone
+(:func:`banditflow.schemas.events.refuses_what_its_envelope_refuses`):
 
 >>> from banditflow.schemas import ContextEnvelope, Limits, parse_event, parse_family_event
 >>> raw = b'{"learner_id": "shop", "event_id": "e1", "labels": ["a", "b"], "scores": [0.9, 0.2]}'

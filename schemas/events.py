@@ -3,8 +3,10 @@
 The envelope (learner id, event id, time, version) is declared here; each family's contexts,
 feedback and truth are models of its own on these bases (:class:`FamilyEvents`), in the module
 its front door names (``Family.events``; the built-in families' are beside this one). The
-worker reads a record's envelope first (:class:`ContextEnvelope`, ...) and checks the rest
-with the model of its learner's family.
+worker reads a record of a known learner with its family's model, and any other record's
+envelope first (:class:`ContextEnvelope`, ...), the rest with its learner's family's model
+once the learner is known (:func:`refuses_what_its_envelope_refuses` says why both ways
+agree).
 """
 
 from __future__ import annotations
@@ -38,9 +40,6 @@ class Record(BaseModel):
     learner_id: LearnerId
     ts: float | None = Field(None, description="event time, seconds since the epoch")
 
-
-# What every family's event model keeps of Record's config.
-STRICT = {key: Record.model_config.get(key) for key in ("strict", "allow_inf_nan", "extra")}
 
 
 def _storable(params: dict[str, Any]) -> dict[str, Any]:
@@ -289,21 +288,42 @@ def _checked_events(name: str, declared: Family) -> FamilyEvents:
             f"family {name!r}: {declared.events} defines no EVENTS = FamilyEvents(...)")
     for kind, base in zip(FamilyEvents._fields, (ContextRecord, FeedbackRecord, TruthRecord),
                           strict=True):
-        model = getattr(events, kind)
-        if not issubclass(model, base):
+        if not issubclass(getattr(events, kind), base):
             raise LearnerError(f"family {name!r}: its {kind} model is not a {base.__name__}")
-        # (the worker reads a known learner's record with this model alone: it must refuse
-        # all the envelope refuses, see processors/processor.py, Processor._read)
-        loosened = {key: model.model_config.get(key) for key, value in STRICT.items()
-                    if model.model_config.get(key) != value}
-        if loosened:
-            raise LearnerError(f"family {name!r}: its {kind} model sets {loosened}; event models "
-                               f"keep {STRICT}")
     unknown = set(events.context.SIZED.values()) - set(LIMITS)
     if unknown:
         raise LearnerError(f"family {name!r}: its context fields are bounded by unknown limits "
                            f"{sorted(unknown)}; the limits are {', '.join(LIMITS)}")
     return events
+
+
+@functools.cache  # (asked for every record: a model never changes)
+def refuses_what_its_envelope_refuses(model: type[Record]) -> bool:
+    """Whether a family's event ``model`` alone refuses every record its envelope model
+    (:class:`ContextEnvelope`, ...) refuses, so that the worker may read a known learner's
+    record in one parse (``Processor._read`` in processors/processor.py). It does if it keeps
+    :class:`Record`'s config (strict types, finite numbers, no field beyond its own), its
+    base's envelope fields as they are, and no alias, and no validator that sees the input
+    before its fields are checked: then each field it takes is some family's and checked
+    at least as strictly. The built-in families' models all do (tests/unit/test_schemas.py);
+    a plug-in's that does not is read envelope first, as any record of an unknown learner."""
+    config, strict = model.model_config, Record.model_config
+    if any(config.get(key) != strict.get(key) for key in ("strict", "allow_inf_nan", "extra")):
+        return False
+    if config.get("alias_generator") is not None or any(
+        info.alias is not None or info.validation_alias is not None
+        for info in model.model_fields.values()
+    ):
+        return False
+    base = next(b for b in (ContextRecord, FeedbackRecord, TruthRecord) if issubclass(model, b))
+    if any(repr(model.model_fields.get(name)) != repr(info)
+           for name, info in base.model_fields.items()):
+        return False
+    decorators = model.__pydantic_decorators__
+    if any(v.info.mode != "after" for v in decorators.model_validators.values()):
+        return False
+    return not any(v.info.mode != "after" and set(v.info.fields) & set(base.model_fields)
+                   for v in decorators.field_validators.values())
 
 
 @functools.cache  # (read for every record: a model's fields never change)

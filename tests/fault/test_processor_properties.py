@@ -198,6 +198,21 @@ def check(record: tuple[str, bytes]) -> None:
         key: q.store.value(key) for key in q.store.log_keys()}
 
 
+@pytest.mark.parametrize("stream", ["contexts", "feedback", "truth"])
+def test_a_known_learners_misrouted_record_is_dead_lettered_either_way(stream: str) -> None:
+    """A valid record of a known learner, on a partition its key does not belong to: read in
+    one parse or in two steps, it is the same dead letter."""
+    raw = json.dumps(body("conformal", stream, "conformal")).encode()
+    letters = []
+    for kind in (Processor, EnvelopeFirst):
+        p = processor(kind)
+        p.expected_partition = lambda key: 1  # (the records come on partition 0)
+        out = handle(p, stream, raw)
+        assert not out.decisions
+        letters.append([(letter.reason, letter.detail) for letter in out.dead_letters])
+    assert letters[0] == letters[1] and letters[0][0][0] == "misrouted", letters
+
+
 SETTINGS = settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
@@ -218,6 +233,14 @@ def test_a_hostile_learner_parameter(record: tuple[str, bytes]) -> None:
 # Found by the broker corpus (invalid_schema/label_beyond_64_bits), pinned here.
 @example(("contexts", b'{"learner_id": "conformal", "event_id": "e1", '
                       b'"labels": [18446744073709551616, "b"], "scores": [1.0, 0.5]}'))
+# For the one-parse read of a known learner's record: two learner ids (both parsers take
+# the last), another family's field, a non-finite number in a field of its own.
+@example(("contexts", b'{"learner_id": "graph_cb", "event_id": "e1", "labels": ["a", "b"], '
+                      b'"scores": [1.0, 0.5], "learner_id": "conformal"}'))
+@example(("contexts", b'{"learner_id": "conformal", "event_id": "e1", "labels": ["a", "b"], '
+                      b'"scores": [1.0, 0.5], "features": [0.1, 0.2]}'))
+@example(("feedback", b'{"learner_id": "graph_cb", "event_id": "e0", '
+                      b'"losses": {"0": 1e999, "1": 0.2, "2": 0.1}}'))
 def test_a_hostile_field(record: tuple[str, bytes]) -> None:
     check(record)
 

@@ -8,6 +8,7 @@ import json
 import jsonschema
 import pytest
 
+from banditflow.learners.registry import families
 from banditflow.schemas import (
     MODELS,
     ContextEnvelope,
@@ -19,6 +20,7 @@ from banditflow.schemas import (
     parse_event,
     parse_family_event,
 )
+from banditflow.schemas.events import refuses_what_its_envelope_refuses
 from banditflow.schemas.published import check_published, path_of
 
 
@@ -194,6 +196,17 @@ def test_another_familys_fields_are_refused_with_what_the_family_takes(
     with pytest.raises(Rejected) as rejected:
         parse_family_event(raw, "conformal", kind, Limits())
     assert (rejected.value.reason, rejected.value.detail) == (reason, detail)
+
+
+@pytest.mark.parametrize("family", sorted(families()))
+def test_every_built_in_familys_records_of_a_known_learner_are_read_in_one_parse(
+    family: str,
+) -> None:
+    """Their models refuse all their envelopes refuse, so the worker reads a known learner's
+    record with them alone (processors/processor.py, ``Processor._read``): half the parsing
+    of a valid record."""
+    for model in family_events(family):
+        assert refuses_what_its_envelope_refuses(model), model
 
 
 def test_a_record_checks_its_families_declarations_once_not_per_record(monkeypatch) -> None:
