@@ -41,7 +41,6 @@ class Record(BaseModel):
     ts: float | None = Field(None, description="event time, seconds since the epoch")
 
 
-
 def _storable(params: dict[str, Any]) -> dict[str, Any]:
     # The config is stored in the state log with the learner; one that cannot be encoded
     # there would fail every commit of its partition.
