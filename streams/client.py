@@ -191,7 +191,6 @@ class AsyncClient:
         self._partitions = 0
         self._configs: dict[str, LearnerConfig] = {}
         self._learner_tps: list[TopicPartition] = []
-        self._partitions_of: dict[str, int] = {}  # learner id -> its partition, once known
         self._learners_at: dict[TopicPartition, int] = {}  # how far the reader got
         self._read: asyncio.Condition | None = None  # notified after every batch read
         self._assigning = asyncio.Lock()
@@ -427,13 +426,9 @@ class AsyncClient:
         return config
 
     def _partition(self, learner_id: str) -> int:
-        """The partition of ``learner_id``'s contexts and feedback (murmur2 in Python costs
-        as much as a record's encoding: computed once per learner)."""
-        partition = self._partitions_of.get(learner_id)
-        if partition is None:
-            partition = self._partitions_of[learner_id] = partition_for(learner_id,
-                                                                        self._partitions)
-        return partition
+        """The partition of ``learner_id``'s contexts and feedback (``partition_for`` caches
+        it: murmur2 in Python costs as much as a record's encoding)."""
+        return partition_for(learner_id, self._partitions)
 
     # ------------------------------------------------------------------ the calls
     def _producer_started(self) -> AIOKafkaProducer:

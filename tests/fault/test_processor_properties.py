@@ -136,7 +136,7 @@ class EnvelopeFirst(Processor):
     """A processor that reads every record envelope first, then by its learner's family, as
     it reads a record whose learner it does not know."""
 
-    def _known_learner(self, raw: bytes | None) -> None:
+    def _one_parse_model(self, raw: bytes | None, kind: str) -> None:
         return None
 
 
