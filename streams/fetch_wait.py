@@ -12,34 +12,68 @@ from aiokafka import AIOKafkaConsumer
 
 class FetchWait:
     """How long a fetch may wait for records: the configured wait, doubled (up to ``CAP_MS``)
-    while no records come although the partitions have unread ones, and halved back towards
-    the configured wait every ``PROBE_S`` once records flow again.
+    while records wait unread and fetches bring none (for three waits) or a record at a time
+    (``THIN_POLLS`` polls in a row), and halved back towards the configured wait once records
+    flow again, probing. A probe (a halving) comes after ``probe_s`` of flow at the raised
+    wait that ends caught up (no record left unread), or after ``PROBE_MAX_S`` of flow in a
+    backlog; ``probe_s`` starts at ``PROBE_MIN_S``, doubles (up to ``PROBE_MAX_S``) each time
+    a probe fails (the wait had to be doubled again within the probe's interval) and comes
+    back to ``PROBE_MIN_S`` when a probe holds.
 
-    A broker that needs longer than the wait to read a partition answers every fetch with
-    nothing, and a worker that keeps asking the same way never reads again: the embedded
-    broker (Tansu 0.6.0) does so once a partition holds some 40,000 record batches with a
-    20 ms wait (found by the soak test; tests/fault/test_fetch_wait.py names it).
+    A broker that needs longer than the wait to read a partition answers its fetches with
+    nothing, or a batch at a time, and a worker that keeps asking the same way reads next to
+    nothing: the embedded broker (Tansu 0.6.0) lists a partition's batches until the fetch's
+    wait runs out. On a partition of 45,000 one-record batches (tests/fault/test_fetch_wait.py
+    names it) a 10 ms wait read no record in 12 s, a 20 ms wait one per fetch (27 a second),
+    and 40 ms a full poll of 500 (all 45,000 in 1.3 s; measured 2026-11-28). So a backlog is
+    read at the raised wait, and there probes fail and space out to one every
+    ``PROBE_MAX_S``. The same broker also leaves records unread for a few fetches when the
+    machine's cores are busy (a load generator, the broker and a worker sharing 2 cores). A
+    caught-up worker's raised wait is latency (Tansu holds a fetch that finds nothing for its
+    whole wait while records arrive), so it must come back soon: with a fixed 30 s probe, 10
+    of 40 runs of ``bench_latency.py`` at 500/s (25 s each, 2026-11-28) met a doubling to 20
+    or 40 ms and kept it to their end. (At 500/s, polls that bring at most one record and
+    leave some unread came at most twice in a row there: ``THIN_POLLS`` is well above.)
     """
 
     CAP_MS = 2000
-    PROBE_S = 30.0
+    THIN_POLLS = 8
+    PROBE_MIN_S = 1.0
+    PROBE_MAX_S = 30.0
 
     def __init__(self, configured_ms: int) -> None:
         self.configured_ms = configured_ms
         self.current_ms = configured_ms
+        self.probe_s = self.PROBE_MIN_S  # how long records flow at a raised wait before a probe
+        self.probing = False  # the last change was a probe (a halving) that may still fail
+        self.thin_polls = 0  # polls in a row that brought at most a record and left some unread
         self.last_records = time.monotonic()
         self.changed = time.monotonic()
 
-    def fetched(self, now: float, records: bool, behind: bool) -> int | None:
-        """After a poll: the new wait in ms if it changes, else None."""
+    def fetched(self, now: float, records: int, behind: bool) -> int | None:
+        """After a poll that brought ``records`` (and their handling): the new wait in ms if
+        it changes, else None. ``behind``: records wait unread."""
+        self.thin_polls = self.thin_polls + 1 if behind and records <= 1 else 0
         if records:
             self.last_records = now
-            if self.current_ms > self.configured_ms and now - self.changed >= self.PROBE_S:
-                return self._set(max(self.configured_ms, self.current_ms // 2), now)
-            return None
-        starved = now - max(self.last_records, self.changed) > 3 * self.current_ms / 1000
-        if behind and starved and self.current_ms < self.CAP_MS:
+        starved = not records and now - max(self.last_records, self.changed) > (
+            3 * self.current_ms / 1000
+        )
+        if behind and (starved or self.thin_polls >= self.THIN_POLLS) and (
+            self.current_ms < self.CAP_MS
+        ):
+            if self.probing and now - self.changed < self.probe_s:  # the probe failed
+                self.probe_s = min(self.PROBE_MAX_S, 2 * self.probe_s)
+            self.probing, self.thin_polls = False, 0
             return self._set(min(self.CAP_MS, 2 * self.current_ms), now)
+        flowed = now - self.changed
+        if records and self.current_ms > self.configured_ms and (
+            flowed >= self.PROBE_MAX_S or (flowed >= self.probe_s and not behind)
+        ):
+            if self.probing:  # the last probe held: probe again as soon
+                self.probe_s = self.PROBE_MIN_S
+            self.probing = True
+            return self._set(max(self.configured_ms, self.current_ms // 2), now)
         return None
 
     def _set(self, wait_ms: int, now: float) -> int:

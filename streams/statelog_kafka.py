@@ -55,11 +55,15 @@ async def read_to_high_watermark(
                     "reading again"
                 ) from None
             if waits is not None:
-                wait_ms = waits.fetched(time.monotonic(), any(fetched.values()), behind=True)
+                was_ms = waits.current_ms
+                wait_ms = waits.fetched(
+                    time.monotonic(), sum(map(len, fetched.values())), behind=True
+                )
                 if wait_ms is not None:
                     set_fetch_wait(consumer, wait_ms)
-                    log.warning("state log reader: fetch wait now %d ms (the broker answers "
-                                "nothing)", wait_ms)
+                    log.warning("state log reader: fetch wait now %d ms (%s)", wait_ms,
+                                "the broker answers nothing or a record at a time"
+                                if wait_ms > was_ms else "records flow again")
             for tp, records in fetched.items():
                 if tp in pending and not take(tp, records):
                     pending.remove(tp)

@@ -308,8 +308,8 @@ class Worker:
             fetched = await consumer.getmany(
                 timeout_ms=100, max_records=self.settings.max_batch_events
             )
-            self._adapt_fetch_wait(bool(fetched))
             if not fetched:
+                self._adapt_fetch_wait(records=0)
                 continue
             self.broker_heard = time.monotonic()
             self.wall = wall = time.time()
@@ -332,18 +332,21 @@ class Worker:
                     self._commit_wanted.set()
             if self._waiting_events >= self.settings.max_batch_events:
                 self._commit_wanted.set()
+            self._adapt_fetch_wait(records=sum(len(records) for records in fetched.values()))
         stop.cancel()
 
-    def _adapt_fetch_wait(self, records: bool) -> None:
-        behind = not records and any(
+    def _adapt_fetch_wait(self, records: int) -> None:
+        """After a poll and the records it brought: the fetch wait for what is unread now."""
+        behind = any(
             None in self._caught_up(task).values()
             for task in self.ownership.tasks.values() if task.active
         )
+        was_ms = self.fetch_wait.current_ms
         wait_ms = self.fetch_wait.fetched(time.monotonic(), records, behind)
         if wait_ms is not None:
             set_fetch_wait(self.consumer, wait_ms)
             log.warning("fetch wait now %d ms (%s)", wait_ms,
-                        "records wait unread" if behind else "records flow again")
+                        "records wait unread" if wait_ms > was_ms else "records flow again")
 
     # ------------------------------------------------------------------ commits
     async def _commit_loop(self) -> None:

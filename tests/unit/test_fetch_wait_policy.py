@@ -4,22 +4,123 @@ from __future__ import annotations
 
 from banditflow.streams.fetch_wait import FetchWait
 
+# (1 ms past each interval: now - changed for times this far apart is not exact in floats)
+EPS = 0.001
+
+
+def starve(wait: FetchWait, t: float, until_ms: int) -> tuple[list[int], float]:
+    """Empty fetches while records wait unread, every 50 ms from ``t``, until the wait is
+    ``until_ms``: the waits set, and the time reached."""
+    raised = []
+    while wait.current_ms < until_ms:
+        t += 0.05
+        step = wait.fetched(t, records=0, behind=True)
+        if step is not None:
+            raised.append(step)
+    return raised, t
+
 
 def test_the_wait_doubles_while_records_wait_unread_and_comes_back_once_they_flow() -> None:
     wait = FetchWait(20)
     now = wait.changed
-    assert wait.fetched(now + 0.01, records=False, behind=True) is None  # not starved yet
-    assert wait.fetched(now + 0.5, records=False, behind=False) is None  # nothing to read
-    raised = []
-    t = now + 0.07
-    while (step := wait.fetched(t, records=False, behind=True)) is None or step < FetchWait.CAP_MS:
-        if step is not None:
-            raised.append(step)
-        t += 0.05
-    assert raised == [40, 80, 160, 320, 640, 1280] and wait.current_ms == FetchWait.CAP_MS
-    assert wait.fetched(t + 1, records=True, behind=False) is None  # kept while it works
-    # (1 ms past each probe: now - changed for times this far apart is not exact in floats)
-    lowered = [wait.fetched(t + 1 + k * (FetchWait.PROBE_S + 0.001), records=True, behind=False)
+    assert wait.fetched(now + 0.01, records=0, behind=True) is None  # not starved yet
+    assert wait.fetched(now + 0.5, records=0, behind=False) is None  # nothing to read
+    raised, t = starve(wait, now + 0.02, FetchWait.CAP_MS)
+    assert raised == [40, 80, 160, 320, 640, 1280, 2000] and wait.current_ms == FetchWait.CAP_MS
+    assert wait.fetched(t + 0.5, records=5, behind=False) is None  # kept while it works
+    # every probe holds (records keep flowing, the worker caught up): one halving per
+    # PROBE_MIN_S
+    t += 0.5
+    lowered = [wait.fetched(t + k * (FetchWait.PROBE_MIN_S + EPS), records=5, behind=False)
                for k in range(1, 9)]
     assert lowered == [1000, 500, 250, 125, 62, 31, 20, None]
 
+
+def test_in_a_backlog_the_raised_wait_is_probed_only_every_probe_max_s() -> None:
+    """Records flow but more wait unread (a backlog read at the raised wait, which costs it
+    nothing): a probe comes after PROBE_MAX_S, not PROBE_MIN_S."""
+    wait = FetchWait(10)
+    _, t = starve(wait, wait.changed, 40)
+    changed = wait.changed
+    for k in range(1, 29):
+        assert wait.fetched(changed + k, records=5, behind=True) is None
+    assert wait.fetched(changed + FetchWait.PROBE_MAX_S + EPS, records=5, behind=True) == 20
+    # caught up: the next probe after PROBE_MIN_S
+    t = changed + FetchWait.PROBE_MAX_S + EPS
+    assert wait.fetched(t + FetchWait.PROBE_MIN_S / 2, records=5, behind=False) is None
+    assert wait.fetched(t + FetchWait.PROBE_MIN_S + EPS, records=5, behind=False) == 10
+
+
+def test_a_probe_that_fails_spaces_the_next_out_up_to_probe_max_s() -> None:
+    """A broker that needs 160 ms (Tansu on a partition of many batches): each probe to 80 ms
+    starves again, and the next probe comes twice as late, up to PROBE_MAX_S; records flow
+    at 160 ms meanwhile."""
+    wait = FetchWait(20)
+    raised, t = starve(wait, wait.changed, 160)
+    assert raised == [40, 80, 160]
+    intervals = []
+    flowing_since = t
+    for _ in range(8):
+        while (step := wait.fetched(t := t + 0.05, records=5, behind=False)) is None:
+            pass
+        assert step == 80  # a probe
+        intervals.append(round(t - flowing_since))
+        assert starve(wait, t, 160)[0] == [160]  # it fails: empty fetches for 3 waits
+        t += 0.3
+        flowing_since = wait.changed
+    assert intervals == [1, 2, 4, 8, 16, 30, 30, 30]
+    assert wait.probe_s == FetchWait.PROBE_MAX_S
+
+
+def test_a_probe_that_holds_makes_the_next_come_soon_again() -> None:
+    """After failed probes spaced the next one out, a probe that holds (the broker got faster)
+    brings the wait down at one halving per PROBE_MIN_S again."""
+    wait = FetchWait(20)
+    _, t = starve(wait, wait.changed, 160)
+    for _ in range(3):  # three failed probes: the next one in 8 s
+        while wait.fetched(t := t + 0.05, records=5, behind=False) is None:
+            pass
+        _, t = starve(wait, t, 160)
+    assert wait.probe_s == 8 * FetchWait.PROBE_MIN_S
+    assert wait.fetched(t + 4, records=5, behind=False) is None  # not yet
+    assert wait.fetched(t + 8 + EPS, records=5, behind=False) == 80  # the probe
+    t += 8 + EPS
+    # it holds: records flow for its whole interval, then one halving per PROBE_MIN_S
+    assert wait.fetched(t + 4, records=5, behind=False) is None
+    assert wait.fetched(t + 8 + EPS, records=5, behind=False) == 40
+    assert wait.fetched(t + 9 + 2 * EPS, records=5, behind=False) == 20
+    assert wait.probe_s == FetchWait.PROBE_MIN_S
+
+
+def test_a_starvation_long_after_the_last_probe_is_not_a_failed_probe() -> None:
+    """The wait came back to the configured one and held past the probe interval: a later
+    starvation raises it again without spacing the probes out."""
+    wait = FetchWait(10)
+    _, t = starve(wait, wait.changed, 20)
+    assert wait.fetched(t + 1 + EPS, records=5, behind=False) == 10  # probe
+    t += 1 + EPS
+    assert wait.fetched(t + 5, records=5, behind=False) is None
+    raised, _ = starve(wait, t + 5, 20)
+    assert raised == [20] and wait.probe_s == FetchWait.PROBE_MIN_S
+
+
+def test_a_record_at_a_time_while_records_wait_unread_doubles_the_wait() -> None:
+    """Tansu with a wait too short to list a partition's batches answers a batch per fetch:
+    THIN_POLLS such polls in a row (records left unread after each) double the wait; a
+    fuller poll, or one that leaves nothing unread, starts the count again."""
+    wait = FetchWait(20)
+    t = wait.changed
+    for _ in range(FetchWait.THIN_POLLS - 1):
+        t += 0.02
+        assert wait.fetched(t, records=1, behind=True) is None
+    assert wait.fetched(t + 0.02, records=1, behind=False) is None  # caught up: not thin
+    for _ in range(FetchWait.THIN_POLLS - 1):
+        t += 0.02
+        assert wait.fetched(t, records=1, behind=True) is None
+    assert wait.fetched(t + 0.02, records=500, behind=True) is None  # a full poll
+    for _ in range(FetchWait.THIN_POLLS - 1):
+        t += 0.02
+        assert wait.fetched(t, records=1, behind=True) is None
+    assert wait.fetched(t + 0.02, records=1, behind=True) == 40
+    t += 0.02
+    assert wait.fetched(t + 0.04, records=500, behind=True) is None  # read at 40 ms
