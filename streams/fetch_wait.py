@@ -12,13 +12,14 @@ from aiokafka import AIOKafkaConsumer
 
 class FetchWait:
     """How long a fetch may wait for records: the configured wait, doubled (up to ``CAP_MS``)
-    while records wait unread and fetches bring none (for three waits) or a record at a time
+    while records wait unread and polls bring none (for three waits) or one record at a time
     (``THIN_POLLS`` polls in a row), and halved back towards the configured wait once records
     flow again, probing. A probe (a halving) comes after ``probe_s`` of flow at the raised
     wait that ends caught up (no record left unread), or after ``PROBE_MAX_S`` of flow in a
     backlog; ``probe_s`` starts at ``PROBE_MIN_S``, doubles (up to ``PROBE_MAX_S``) each time
     a probe fails (the wait had to be doubled again within the probe's interval) and comes
-    back to ``PROBE_MIN_S`` when a probe holds.
+    back to ``PROBE_MIN_S`` when a probe holds (the next probe, or the next raise, comes
+    after its interval).
 
     A broker that needs longer than the wait to read a partition answers its fetches with
     nothing, or a batch at a time, and a worker that keeps asking the same way reads next to
@@ -33,7 +34,9 @@ class FetchWait:
     whole wait while records arrive), so it must come back soon: with a fixed 30 s probe, 10
     of 40 runs of ``bench_latency.py`` at 500/s (25 s each, 2026-11-28) met a doubling to 20
     or 40 ms and kept it to their end. (At 500/s, polls that bring at most one record and
-    leave some unread came at most twice in a row there: ``THIN_POLLS`` is well above.)
+    leave some unread came at most twice in a row there: ``THIN_POLLS`` is well above. A poll
+    is thin by the records it brought from all partitions: a partition read a batch at a time
+    beside others that flow is not seen, and is read at the pace of the others' waits.)
     """
 
     CAP_MS = 2000
@@ -46,14 +49,17 @@ class FetchWait:
         self.current_ms = configured_ms
         self.probe_s = self.PROBE_MIN_S  # how long records flow at a raised wait before a probe
         self.probing = False  # the last change was a probe (a halving) that may still fail
-        self.thin_polls = 0  # polls in a row that brought at most a record and left some unread
+        self.thin_polls = 0  # polls in a row that brought one record and left some unread
         self.last_records = time.monotonic()
         self.changed = time.monotonic()
 
     def fetched(self, now: float, records: int, behind: bool) -> int | None:
         """After a poll that brought ``records`` (and their handling): the new wait in ms if
         it changes, else None. ``behind``: records wait unread."""
-        self.thin_polls = self.thin_polls + 1 if behind and records <= 1 else 0
+        if behind and records == 1:
+            self.thin_polls += 1
+        elif records or not behind:  # (an empty poll while behind: the starvation rule's)
+            self.thin_polls = 0
         if records:
             self.last_records = now
         starved = not records and now - max(self.last_records, self.changed) > (
@@ -62,13 +68,16 @@ class FetchWait:
         if behind and (starved or self.thin_polls >= self.THIN_POLLS) and (
             self.current_ms < self.CAP_MS
         ):
-            if self.probing and now - self.changed < self.probe_s:  # the probe failed
-                self.probe_s = min(self.PROBE_MAX_S, 2 * self.probe_s)
+            if self.probing:  # the last probe failed, or held for its interval
+                failed = now - self.changed < self.probe_s
+                self.probe_s = min(self.PROBE_MAX_S, 2 * self.probe_s) if failed else (
+                    self.PROBE_MIN_S
+                )
             self.probing, self.thin_polls = False, 0
             return self._set(min(self.CAP_MS, 2 * self.current_ms), now)
-        flowed = now - self.changed
+        since_change = now - self.changed
         if records and self.current_ms > self.configured_ms and (
-            flowed >= self.PROBE_MAX_S or (flowed >= self.probe_s and not behind)
+            since_change >= self.PROBE_MAX_S or (since_change >= self.probe_s and not behind)
         ):
             if self.probing:  # the last probe held: probe again as soon
                 self.probe_s = self.PROBE_MIN_S

@@ -62,8 +62,8 @@ async def read_to_high_watermark(
                 if wait_ms is not None:
                     set_fetch_wait(consumer, wait_ms)
                     log.warning("state log reader: fetch wait now %d ms (%s)", wait_ms,
-                                "the broker answers nothing or a record at a time"
-                                if wait_ms > was_ms else "records flow again")
+                                "raised: the broker answers nothing or a record at a time"
+                                if wait_ms > was_ms else "lowered: probing")
             for tp, records in fetched.items():
                 if tp in pending and not take(tp, records):
                     pending.remove(tp)

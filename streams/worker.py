@@ -313,13 +313,14 @@ class Worker:
                 continue
             self.broker_heard = time.monotonic()
             self.wall = wall = time.time()
+            handled = 0
             for number, batches in by_partition(fetched, self.streams).items():
                 task = self.ownership.tasks.get(number)
                 if task is None or not task.active:
                     continue
                 for stream, record in in_record_time_order(batches):
                     task.handle(stream, record, wall)
-                self._waiting_events += sum(len(records) for _, records in batches)
+                handled += sum(len(records) for _, records in batches)
                 # Group commit: unless the partition is in a backlog, what produced an output
                 # is committed at once (or as soon as the commit in flight is acknowledged,
                 # with whatever came meanwhile). While more than BACKLOG_RECORDS wait unread,
@@ -330,9 +331,10 @@ class Worker:
                 # backlog anyway. Events that produced nothing wait for the interval.
                 if task.has_output and self._unread(task) <= BACKLOG_RECORDS:
                     self._commit_wanted.set()
+            self._waiting_events += handled
             if self._waiting_events >= self.settings.max_batch_events:
                 self._commit_wanted.set()
-            self._adapt_fetch_wait(records=sum(len(records) for records in fetched.values()))
+            self._adapt_fetch_wait(records=handled)
         stop.cancel()
 
     def _adapt_fetch_wait(self, records: int) -> None:
@@ -346,7 +348,7 @@ class Worker:
         if wait_ms is not None:
             set_fetch_wait(self.consumer, wait_ms)
             log.warning("fetch wait now %d ms (%s)", wait_ms,
-                        "records wait unread" if wait_ms > was_ms else "records flow again")
+                        "raised: records wait unread" if wait_ms > was_ms else "lowered: probing")
 
     # ------------------------------------------------------------------ commits
     async def _commit_loop(self) -> None:

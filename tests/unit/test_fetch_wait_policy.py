@@ -12,12 +12,25 @@ def starve(wait: FetchWait, t: float, until_ms: int) -> tuple[list[int], float]:
     """Empty fetches while records wait unread, every 50 ms from ``t``, until the wait is
     ``until_ms``: the waits set, and the time reached."""
     raised = []
-    while wait.current_ms < until_ms:
+    for _ in range(2000):  # (100 s: a wait that never rises fails, not hangs)
+        if wait.current_ms >= until_ms:
+            return raised, t
         t += 0.05
         step = wait.fetched(t, records=0, behind=True)
         if step is not None:
             raised.append(step)
-    return raised, t
+    raise AssertionError(f"the wait stayed at {wait.current_ms} ms, not {until_ms}")
+
+
+def flow_until_probe(wait: FetchWait, t: float) -> tuple[int, float]:
+    """Polls that bring records and leave none unread, every 50 ms from ``t``, until the wait
+    changes: the new wait and the time reached."""
+    for _ in range(2000):
+        t += 0.05
+        step = wait.fetched(t, records=5, behind=False)
+        if step is not None:
+            return step, t
+    raise AssertionError(f"no probe in 100 s of flow at {wait.current_ms} ms")
 
 
 def test_the_wait_doubles_while_records_wait_unread_and_comes_back_once_they_flow() -> None:
@@ -27,6 +40,7 @@ def test_the_wait_doubles_while_records_wait_unread_and_comes_back_once_they_flo
     assert wait.fetched(now + 0.5, records=0, behind=False) is None  # nothing to read
     raised, t = starve(wait, now + 0.02, FetchWait.CAP_MS)
     assert raised == [40, 80, 160, 320, 640, 1280, 2000] and wait.current_ms == FetchWait.CAP_MS
+    assert wait.fetched(t + 10, records=0, behind=True) is None  # capped
     assert wait.fetched(t + 0.5, records=5, behind=False) is None  # kept while it works
     # every probe holds (records keep flowing, the worker caught up): one halving per
     # PROBE_MIN_S
@@ -61,8 +75,7 @@ def test_a_probe_that_fails_spaces_the_next_out_up_to_probe_max_s() -> None:
     intervals = []
     flowing_since = t
     for _ in range(8):
-        while (step := wait.fetched(t := t + 0.05, records=5, behind=False)) is None:
-            pass
+        step, t = flow_until_probe(wait, t)
         assert step == 80  # a probe
         intervals.append(round(t - flowing_since))
         assert starve(wait, t, 160)[0] == [160]  # it fails: empty fetches for 3 waits
@@ -78,8 +91,7 @@ def test_a_probe_that_holds_makes_the_next_come_soon_again() -> None:
     wait = FetchWait(20)
     _, t = starve(wait, wait.changed, 160)
     for _ in range(3):  # three failed probes: the next one in 8 s
-        while wait.fetched(t := t + 0.05, records=5, behind=False) is None:
-            pass
+        _, t = flow_until_probe(wait, t)
         _, t = starve(wait, t, 160)
     assert wait.probe_s == 8 * FetchWait.PROBE_MIN_S
     assert wait.fetched(t + 4, records=5, behind=False) is None  # not yet
@@ -124,3 +136,37 @@ def test_a_record_at_a_time_while_records_wait_unread_doubles_the_wait() -> None
     assert wait.fetched(t + 0.02, records=1, behind=True) == 40
     t += 0.02
     assert wait.fetched(t + 0.04, records=500, behind=True) is None  # read at 40 ms
+
+
+def test_empty_polls_raise_the_wait_after_three_waits_not_as_thin_polls() -> None:
+    """Polls that bring nothing while records wait unread raise the wait once they have for
+    three waits (a poll may end before a fetch at a long wait is answered), however many
+    polls that takes; one-record polls around them keep their own count."""
+    wait = FetchWait(20)
+    _, t = starve(wait, wait.changed, 320)
+    changed = wait.changed
+    polls = [changed + 0.05 * k for k in range(1, 20)]  # 0.95 s of empty polls: < 3 x 320 ms
+    assert all(wait.fetched(p, records=0, behind=True) is None for p in polls)
+    assert wait.fetched(changed + 0.97, records=0, behind=True) == 640
+    t = wait.changed
+    for k in range(2 * (FetchWait.THIN_POLLS - 1)):  # empty and one-record polls in turn
+        assert wait.fetched(t + 0.01 * k, records=k % 2, behind=True) is None
+    # the empty ones neither counted nor reset the count: one more one-record poll raises it
+    assert wait.fetched(t + 0.2, records=1, behind=True) == 1280
+
+
+def test_a_probe_that_held_down_to_the_configured_wait_leaves_probes_soon() -> None:
+    """Failed probes spaced the next one out; the last one, down to the configured wait,
+    held: a raise long after it probes back after PROBE_MIN_S again."""
+    wait = FetchWait(20)
+    _, t = starve(wait, wait.changed, 40)
+    for _ in range(3):  # three failed probes: the next one in 8 s
+        _, t = flow_until_probe(wait, t)
+        _, t = starve(wait, t, 40)
+    assert wait.probe_s == 8 * FetchWait.PROBE_MIN_S
+    assert wait.fetched(t + 8 + EPS, records=5, behind=False) == 20  # it holds
+    t += 60
+    assert starve(wait, t, 40)[0] == [40]  # a busy machine, a minute later
+    assert wait.probe_s == FetchWait.PROBE_MIN_S
+    t = wait.changed
+    assert wait.fetched(t + FetchWait.PROBE_MIN_S + EPS, records=5, behind=False) == 20
