@@ -33,6 +33,16 @@ def flow_until_probe(wait: FetchWait, t: float) -> tuple[int, float]:
     raise AssertionError(f"no probe in 100 s of flow at {wait.current_ms} ms")
 
 
+def failed_probes(wait: FetchWait, needed_ms: int, count: int) -> float:
+    """Raise ``wait`` to ``needed_ms``, then ``count`` probes below it, each failing: the
+    time reached."""
+    _, t = starve(wait, wait.changed, needed_ms)
+    for _ in range(count):
+        _, t = flow_until_probe(wait, t)
+        _, t = starve(wait, t, needed_ms)
+    return t
+
+
 def test_the_wait_doubles_while_records_wait_unread_and_comes_back_once_they_flow() -> None:
     wait = FetchWait(20)
     now = wait.changed
@@ -89,10 +99,7 @@ def test_a_probe_that_holds_makes_the_next_come_soon_again() -> None:
     """After failed probes spaced the next one out, a probe that holds (the broker got faster)
     brings the wait down at one halving per PROBE_MIN_S again."""
     wait = FetchWait(20)
-    _, t = starve(wait, wait.changed, 160)
-    for _ in range(3):  # three failed probes: the next one in 8 s
-        _, t = flow_until_probe(wait, t)
-        _, t = starve(wait, t, 160)
+    t = failed_probes(wait, 160, 3)
     assert wait.probe_s == 8 * FetchWait.PROBE_MIN_S
     assert wait.fetched(t + 4, records=5, behind=False) is None  # not yet
     assert wait.fetched(t + 8 + EPS, records=5, behind=False) == 80  # the probe
@@ -159,10 +166,7 @@ def test_a_probe_that_held_down_to_the_configured_wait_leaves_probes_soon() -> N
     """Failed probes spaced the next one out; the last one, down to the configured wait,
     held: a raise long after it probes back after PROBE_MIN_S again."""
     wait = FetchWait(20)
-    _, t = starve(wait, wait.changed, 40)
-    for _ in range(3):  # three failed probes: the next one in 8 s
-        _, t = flow_until_probe(wait, t)
-        _, t = starve(wait, t, 40)
+    t = failed_probes(wait, 40, 3)
     assert wait.probe_s == 8 * FetchWait.PROBE_MIN_S
     assert wait.fetched(t + 8 + EPS, records=5, behind=False) == 20  # it holds
     t += 60
