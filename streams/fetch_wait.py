@@ -34,9 +34,10 @@ class FetchWait:
     whole wait while records arrive), so it must come back soon: with a fixed 30 s probe, 10
     of 40 runs of ``bench_latency.py`` at 500/s (25 s each, 2026-11-28) met a doubling to 20
     or 40 ms and kept it to their end. (At 500/s, polls that bring at most one record and
-    leave some unread came at most twice in a row there: ``THIN_POLLS`` is well above. A poll
-    is thin by the records it brought from all partitions: a partition read a batch at a time
-    beside others that flow is not seen, and is read at the pace of the others' waits.)
+    leave some unread never came twice in a row in two such runs: ``THIN_POLLS`` is well
+    above. A poll is thin by the records it brought from all partitions: a partition read a
+    batch at a time beside others that flow is not seen, and is read at the pace of the
+    others' waits.)
     """
 
     CAP_MS = 2000
