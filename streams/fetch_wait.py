@@ -32,12 +32,12 @@ class FetchWait:
     machine's cores are busy (a load generator, the broker and a worker sharing 2 cores). A
     caught-up worker's raised wait is latency (Tansu holds a fetch that finds nothing for its
     whole wait while records arrive), so it must come back soon: with a fixed 30 s probe, 10
-    of 40 runs of ``bench_latency.py`` at 500/s (25 s each, 2026-11-28) met a doubling to 20
-    or 40 ms and kept it to their end. (At 500/s, polls that bring at most one record and
-    leave some unread never came twice in a row in two such runs: ``THIN_POLLS`` is well
-    above. A poll is thin by the records it brought from all partitions: a partition read a
-    batch at a time beside others that flow is not seen, and is read at the pace of the
-    others' waits.)
+    of 40 workers of ``bench_latency.py``'s measurement (15-25 s each, at 500/s and 2,000/s,
+    2026-11-28) met a doubling to 20 or 40 ms, and most kept it to their end. (At 500/s,
+    polls that bring at most one record and leave some unread never came twice in a row in
+    two such runs: ``THIN_POLLS`` is well above. A poll is thin by the records it brought
+    from all partitions: a partition read a batch at a time beside others that flow is not
+    seen, and is read at the pace of the others' waits.)
     """
 
     CAP_MS = 2000
