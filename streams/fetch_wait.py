@@ -5,9 +5,12 @@ Shared by the worker's input consumer and the state log's recovery reader.
 
 from __future__ import annotations
 
+import logging
 import time
 
 from aiokafka import AIOKafkaConsumer
+
+log = logging.getLogger(__name__)
 
 
 class FetchWait:
@@ -96,3 +99,15 @@ def set_fetch_wait(consumer: AIOKafkaConsumer, wait_ms: int) -> None:
     request it builds (a private attribute; tests/integration/test_state_layer.py checks the
     wait that goes on the wire)."""
     consumer._fetcher._fetch_max_wait_ms = wait_ms
+
+
+def adapt_fetch_wait(consumer: AIOKafkaConsumer, waits: FetchWait, records: int, behind: bool,
+                     reader: str) -> None:
+    """After a poll of ``consumer`` and the handling of its ``records``: ``waits``' rule
+    applied to the consumer's fetch wait, and a change logged with the ``reader``'s name."""
+    was_ms = waits.current_ms
+    wait_ms = waits.fetched(time.monotonic(), records, behind)
+    if wait_ms is not None:
+        set_fetch_wait(consumer, wait_ms)
+        log.warning("%s: fetch wait now %d ms (%s)", reader, wait_ms,
+                    "raised: records wait unread" if wait_ms > was_ms else "lowered: probing")

@@ -9,7 +9,6 @@ last batch's base offset + 1, see streams/statelog.py).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +16,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import OffsetOutOfRangeError
 
 from banditflow.streams.connection import KafkaConnection, as_connection
-from banditflow.streams.fetch_wait import FetchWait, set_fetch_wait
+from banditflow.streams.fetch_wait import FetchWait, adapt_fetch_wait, set_fetch_wait
 from banditflow.streams.statelog import Commit, StateLogError, StateLogLost
 from banditflow.streams.statelog_reader import LogReader, snapshot_named_last
 
@@ -54,16 +53,9 @@ async def read_to_high_watermark(
                     f"{', '.join(topics)}: records were removed while being read ({exc}); "
                     "reading again"
                 ) from None
-            if waits is not None:
-                was_ms = waits.current_ms
-                wait_ms = waits.fetched(
-                    time.monotonic(), sum(map(len, fetched.values())), behind=True
-                )
-                if wait_ms is not None:
-                    set_fetch_wait(consumer, wait_ms)
-                    log.warning("state log reader: fetch wait now %d ms (%s)", wait_ms,
-                                "raised: the broker answers nothing or a record at a time"
-                                if wait_ms > was_ms else "lowered: probing")
+            if waits is not None:  # (behind: it reads to the high watermarks)
+                adapt_fetch_wait(consumer, waits, sum(map(len, fetched.values())),
+                                 behind=True, reader="state log reader")
             for tp, records in fetched.items():
                 if tp in pending and not take(tp, records):
                     pending.remove(tp)

@@ -53,7 +53,7 @@ from banditflow.learners.base import LearnerError
 from banditflow.learners.registry import algorithms, families
 from banditflow.streams.committer import Committer
 from banditflow.streams.connection import diagnose
-from banditflow.streams.fetch_wait import FetchWait, set_fetch_wait
+from banditflow.streams.fetch_wait import FetchWait, adapt_fetch_wait
 from banditflow.streams.group import (
     HEARTBEAT_MS,
     GroupOffsets,
@@ -343,12 +343,7 @@ class Worker:
             None in self._caught_up(task).values()
             for task in self.ownership.tasks.values() if task.active
         )
-        was_ms = self.fetch_wait.current_ms
-        wait_ms = self.fetch_wait.fetched(time.monotonic(), records, behind)
-        if wait_ms is not None:
-            set_fetch_wait(self.consumer, wait_ms)
-            log.warning("fetch wait now %d ms (%s)", wait_ms,
-                        "raised: records wait unread" if wait_ms > was_ms else "lowered: probing")
+        adapt_fetch_wait(self.consumer, self.fetch_wait, records, behind, reader="worker")
 
     # ------------------------------------------------------------------ commits
     async def _commit_loop(self) -> None:
