@@ -525,9 +525,22 @@ class Worker:
         return True, f"ready: partitions {sorted(owned)}"
 
 
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop where it is installed (a dependency except on Windows), else
+    asyncio's. At 500 contexts/s with feedback on the embedded broker it took the worker's
+    CPU per decision from 0.662 to 0.624 ms, lower in each of 4 paired runs, with the
+    latencies unchanged within their noise (2026-11-28)."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
 def run_worker(settings: WorkerSettings) -> int:
     """Run a worker until SIGTERM/SIGINT; its exit status (EXIT_STATE_LOST or 0)."""
     worker = Worker(settings)
-    asyncio.run(worker.run())
+    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+        runner.run(worker.run())
     return worker.exit_status
 
