@@ -9,6 +9,9 @@ from banditflow.schemas import Limits
 from banditflow.streams.connection import KafkaConnection
 from banditflow.streams.webconfig import WebConfig
 
+# The worker's event loops (WorkerSettings.event_loop, --event-loop).
+EVENT_LOOPS = ("uvloop", "asyncio")
+
 
 @dataclass(frozen=True)
 class WorkerSettings:
@@ -51,5 +54,8 @@ class WorkerSettings:
     # Evaluate the candidate policies named in learner configs on the live stream (off: they
     # are ignored, their estimates kept as they were).
     live_ope: bool = True
+    # The event loop, one of EVENT_LOOPS: uvloop's (asyncio's where uvloop is not installed,
+    # as on Windows) or asyncio's (see streams/worker.py: event_loop_factory).
+    event_loop: str = "uvloop"
     # /metrics, /ready and /healthz over TLS and with basic auth (--web-config).
     web_config: WebConfig | None = None

@@ -497,10 +497,10 @@ class Worker:
         s = self.settings
         lifecycle.info(
             "banditflow %s worker ready: bootstrap %s, group %s, topics %s.*, partitions %s, "
-            "metrics %s://%s:%d/metrics", __version__, s.kafka.describe(), s.app_id, s.prefix,
-            sorted(self.ownership.owned),
+            "metrics %s://%s:%d/metrics, event loop %s", __version__, s.kafka.describe(),
+            s.app_id, s.prefix, sorted(self.ownership.owned),
             "https" if s.web_config and s.web_config.cert_file else "http", s.web_host,
-            s.web_port)
+            s.web_port, type(asyncio.get_running_loop()).__module__.split(".")[0])
 
     @property
     def exit_status(self) -> int:
@@ -525,11 +525,16 @@ class Worker:
         return True, f"ready: partitions {sorted(owned)}"
 
 
-def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's event loop where it is installed (a dependency except on Windows), else
-    asyncio's. At 500 contexts/s with feedback on the embedded broker it took the worker's
-    CPU per decision from 0.662 to 0.624 ms, lower in each of 4 paired runs, with the
-    latencies unchanged within their noise (2026-11-28)."""
+def event_loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The factory of the event loop ``name`` (``WorkerSettings.event_loop``); None for
+    asyncio's, also when uvloop is asked for and not installed (it is a dependency except on
+    Windows). At 500 contexts/s with feedback on the embedded broker uvloop took the
+    worker's CPU per decision from 0.662 to 0.624 ms (medians of 3 paired runs, lower in
+    each, and in a fourth pair 0.636 -> 0.607), the latencies unchanged within their noise
+    (2026-11-28; ``tests/benchmarks/bench_latency.py -- --event-loop asyncio`` runs the
+    other)."""
+    if name != "uvloop":
+        return None
     try:
         import uvloop
     except ImportError:
@@ -540,7 +545,7 @@ def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 def run_worker(settings: WorkerSettings) -> int:
     """Run a worker until SIGTERM/SIGINT; its exit status (EXIT_STATE_LOST or 0)."""
     worker = Worker(settings)
-    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+    with asyncio.Runner(loop_factory=event_loop_factory(settings.event_loop)) as runner:
         runner.run(worker.run())
     return worker.exit_status
 

@@ -1,7 +1,7 @@
 """What `banditflow worker` says at its default log level (issue 29): one line when it is
-ready (version, bootstrap, partitions, metrics URL), one per rebalance, and nothing from the
-Kafka client libraries; `--loglevel info` shows the worker's own lines, still without the
-clients' chatter unless `--client-loglevel` asks for it."""
+ready (version, bootstrap, partitions, metrics URL, event loop), one per rebalance, and
+nothing from the Kafka client libraries; `--loglevel info` shows the worker's own lines,
+still without the clients' chatter unless `--client-loglevel` asks for it."""
 
 from __future__ import annotations
 
@@ -28,15 +28,17 @@ def test_ready_and_rebalance_lines_at_the_default_level(broker, start_worker, wa
     ready = (rf"banditflow {re.escape(__version__)} worker ready: bootstrap "
              rf"{re.escape(broker.connection.describe())}, group {re.escape(prefix)}, "
              rf"topics {re.escape(prefix)}\.\*, partitions \[0, 1, 2, 3\], "
-             rf"metrics http://127\.0\.0\.1:{first.web_port}/metrics$")
+             rf"metrics http://127\.0\.0\.1:{first.web_port}/metrics, event loop uvloop$")
     assert [line for line in lines(first.log()) if re.search(ready, line)], first.log()
 
-    second = start_worker(prefix, partitions=4, extra_args=["--loglevel", "warning"])
+    second = start_worker(prefix, partitions=4,
+                          extra_args=["--loglevel", "warning", "--event-loop", "asyncio"])
     wait_until(lambda: "rebalance: partitions" in first.log(), timeout_s=60)
     rebalance = [line for line in lines(first.log()) if "rebalance: partitions" in line]
     assert re.search(r"rebalance: partitions \[\d(, \d)*\] \(took \[\], gave up \[\d(, \d)*\]\)$",
                      rebalance[0]), rebalance
     wait_until(lambda: "worker ready" in second.log(), timeout_s=60)
+    assert re.search(r"worker ready: .*, event loop asyncio$", second.log(), re.M), second.log()
     for worker in (first, second):
         # Besides those lines, only warnings (a client's "Heartbeat failed ... rebalancing").
         others = [line for line in lines(worker.log()) if "banditflow.worker.lifecycle" not in line]
