@@ -204,6 +204,14 @@ class PrometheusSink(Sink):
             "Bytes written to the state log (compressed commits and snapshot slices)",
             registry=r,
         )
+        self.offset_gaps = PromCounter(
+            "banditflow_offset_gaps",
+            "Gaps in the offsets of an input partition's records, by outcome: filled (the "
+            "broker handed out records past an offset it had not stored yet; they were held "
+            "back until it had) or skipped (not in the log: compaction, transaction markers, "
+            "retention)",
+            ("outcome",), registry=r,
+        )
         self.commits = PromCounter(
             "banditflow_commits", "Commits written to the state log, per partition",
             ("partition",), registry=r,

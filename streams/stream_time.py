@@ -53,9 +53,15 @@ class FetchAnswers:
     tests/unit/test_stream_time.py checks that it is still there and shaped so.
     """
 
+    # How far apart the answers kept for :meth:`settled_highwater` are (it looks back
+    # ``age_s``, streams/offset_gaps.py's SETTLE_S: at most 4 answers per partition).
+    KEEP_EVERY_S = 0.125
+
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
         self.answers: dict[TopicPartition, FetchAnswer] = {}
+        # Per partition, a few (processed at, high watermark) of past answers, oldest first.
+        self.kept: dict[TopicPartition, list[tuple[float, int]]] = {}
 
     def install(self, consumer: AIOKafkaConsumer) -> FetchAnswers:
         fetcher = consumer._fetcher
@@ -85,6 +91,7 @@ class FetchAnswers:
         if not assignment.active:
             return
         asked_ms = int(asked_at * 1000)
+        processed_at = self.clock()
         for topic, partitions in request.topics:
             for partition, *_ in partitions:
                 tp = TopicPartition(topic, partition)
@@ -93,12 +100,27 @@ class FetchAnswers:
                     continue
                 if state.timestamp >= asked_ms:
                     self.answers[tp] = FetchAnswer(state.highwater, asked_at)
+                    kept = self.kept.setdefault(tp, [])
+                    if not kept or processed_at - kept[-1][0] >= self.KEEP_EVERY_S:
+                        kept.append((processed_at, state.highwater))
+                        del kept[:-4]
 
     def unread(self, tp: TopicPartition, position: int) -> int:
         """How many records the broker last reported beyond ``position`` (0 before any
         answer)."""
         answer = self.answers.get(tp)
         return 0 if answer is None else max(0, answer.highwater - position)
+
+    def asked_at(self, tp: TopicPartition) -> float | None:
+        """When the fetch of ``tp``'s latest answer was asked (None before any answer)."""
+        answer = self.answers.get(tp)
+        return None if answer is None else answer.asked_at
+
+    def settled_highwater(self, tp: TopicPartition, now: float, age_s: float) -> int:
+        """The high watermark of ``tp`` in an answer processed at least ``age_s`` before
+        ``now`` (0 if none is kept): every offset below it was given out by then."""
+        return max((highwater for at, highwater in self.kept.get(tp, ()) if at <= now - age_s),
+                   default=0)
 
     def caught_up_at(self, tp: TopicPartition, position: int) -> float | None:
         """See :func:`caught_up_at`, for ``tp``'s latest answer."""

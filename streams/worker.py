@@ -41,7 +41,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -64,6 +64,7 @@ from banditflow.streams.group import (
 )
 from banditflow.streams.logfilters import Throttle
 from banditflow.streams.metrics import PrometheusSink
+from banditflow.streams.offset_gaps import SETTLE_S, HeldBack, OffsetGaps
 from banditflow.streams.partition_task import PartitionTask, PendingCommit
 from banditflow.streams.record_order import by_partition, in_record_time_order
 from banditflow.streams.recovery import Ownership
@@ -135,6 +136,7 @@ class Worker:
         self.fence_reader: AIOKafkaConsumer
         self.leader_escape: StaleLeaderEscape
         self.fetch_answers: FetchAnswers
+        self.offset_gaps: OffsetGaps
         self.committer: Committer
         self.ownership: Ownership
 
@@ -215,7 +217,11 @@ class Worker:
         await self.fence_reader.start()
         await evict_predecessors(s.kafka, s.app_id, self.client_id)
         await self.consumer.start()
-        self.fetch_answers = FetchAnswers().install(self.consumer)
+        self.fetch_answers = answers = FetchAnswers().install(self.consumer)
+        self.offset_gaps = OffsetGaps(
+            lambda tp, now: answers.settled_highwater(tp, now, SETTLE_S),
+            lambda outcome: self.sink.offset_gaps.labels(outcome).inc(),
+        )
         self.leader_escape = StaleLeaderEscape(
             self.consumer._coordinator,
             lambda: group_members(s.kafka, s.app_id, self.client_id),
@@ -318,6 +324,7 @@ class Worker:
                 task = self.ownership.tasks.get(number)
                 if task is None or not task.active:
                     continue
+                batches = self._admit(task, batches)
                 for stream, record in in_record_time_order(batches):
                     task.handle(stream, record, wall)
                 handled += sum(len(records) for _, records in batches)
@@ -336,6 +343,37 @@ class Worker:
                 self._commit_wanted.set()
             self._adapt_fetch_wait(records=handled)
         stop.cancel()
+
+    def _admit(self, task: PartitionTask, batches: list[tuple[str, Sequence[Any]]]
+               ) -> list[tuple[str, Sequence[Any]]]:
+        """Of each stream's records, those before an offset the broker has not shown yet
+        (streams/offset_gaps.py); the partition is fetched again from there."""
+        admitted: list[tuple[str, Sequence[Any]]] = []
+        for stream, records in batches:
+            tp = TopicPartition(records[0].topic, task.number)
+            asked_at = self.fetch_answers.asked_at(tp) or self.wall
+            kept, held = self.offset_gaps.admit(tp, task.marks.get(stream), records, asked_at)
+            if held is not None:
+                self._fetch_again(tp, held, task)
+            admitted.append((stream, kept))
+        return admitted
+
+    def _fetch_again(self, tp: TopicPartition, held: HeldBack, task: PartitionTask) -> None:
+        """Fetch ``tp`` again from ``held.offset``: at once, or after ``held.wait_s`` (paused
+        meanwhile, unless the partition changed hands by then)."""
+        self.consumer.seek(tp, held.offset)
+        if held.wait_s <= 0:
+            return
+        self.consumer.pause(tp)
+        generation = self.ownership.generation
+
+        def resume() -> None:
+            if self.ownership.generation == generation and (
+                self.ownership.tasks.get(task.number) is task and task.active
+            ):
+                self.consumer.resume(tp)
+
+        asyncio.get_running_loop().call_later(held.wait_s, resume)
 
     def _adapt_fetch_wait(self, records: int) -> None:
         """After a poll and the records it brought: the fetch wait for what is unread now."""

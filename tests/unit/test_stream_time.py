@@ -145,3 +145,24 @@ def test_a_cancelled_fetch_ends_quietly() -> None:
         assert answers.caught_up_at(TP, 0) is None
 
     asyncio.run(main())
+
+
+def test_settled_high_watermark_is_one_reported_long_enough_ago() -> None:
+    """What streams/offset_gaps.py asks: the high watermark of an answer processed at least
+    ``age_s`` ago (its offsets were given out by then), from a few answers kept apart."""
+
+    async def main() -> None:
+        clock = Clock(100.0)
+        answers, fetcher, assignment = installed(clock)
+        assert answers.settled_highwater(TP, 100.0, 0.25) == 0  # nothing reported yet
+        for step, highwater in enumerate((10, 20, 30, 40, 50, 60)):
+            clock.now = 100.0 + 0.1 * step
+            await fetch(fetcher, assignment, highwater)
+        # Kept: answers at least KEEP_EVERY_S apart (100.0, 100.2, 100.4), the last 4.
+        assert answers.settled_highwater(TP, 100.45, 0.25) == 30  # processed at 100.2
+        assert answers.settled_highwater(TP, 100.3, 0.25) == 10
+        assert answers.settled_highwater(TP, 100.1, 0.25) == 0
+        assert answers.settled_highwater(TP, 101.0, 0.25) == 50
+        assert answers.asked_at(TP) == clock.now
+
+    asyncio.run(main())
