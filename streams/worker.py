@@ -342,6 +342,13 @@ class Worker:
             if self._waiting_events >= self.settings.max_batch_events:
                 self._commit_wanted.set()
             self._adapt_fetch_wait(records=handled)
+            # getmany returns records it holds without yielding to the event loop: in a
+            # backlog this loop would otherwise handle up to 2 x max_batch_events records
+            # before the commit loop (the first decisions' commit, the interval) or the
+            # fetcher (the next fetch) got a turn. Under a backlog of 10^4 contexts the first
+            # decision came after 0.269 s without this and 0.236 s with it (medians of 8
+            # pairs; the slowest 0.42 against 0.32 s), at the same throughput (2026-11-28).
+            await asyncio.sleep(0)
         stop.cancel()
 
     def _admit(self, task: PartitionTask, batches: list[tuple[str, Sequence[Any]]]
