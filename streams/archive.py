@@ -5,13 +5,14 @@ deadletter topics of a prefix into one archive file (:mod:`banditflow.schemas.ar
 The archiver reads every partition of the six topics without a consumer group (it commits
 nothing and changes nothing on the broker), from their beginning with ``from_beginning``,
 else from their end, and writes each record as it comes: records of one partition keep their
-order, records of different partitions and topics are interleaved as they arrive.
+order, records of different partitions and topics are interleaved as they arrive. Records
+past an offset the broker has not stored yet wait until it has (streams/offset_gaps.py: the
+embedded broker hands them out early); offsets that never come are logged as missing.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import signal
 import time
 from collections.abc import Callable
@@ -24,9 +25,8 @@ from kafka import KafkaConsumer, TopicPartition
 from banditflow.offline.archive import ArchiveWriter
 from banditflow.schemas.archive import ARCHIVED_TOPICS
 from banditflow.streams.connection import KafkaConnection
+from banditflow.streams.offset_gaps import OffsetGaps
 from banditflow.streams.topics import TopicError, Topics
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -91,22 +91,24 @@ def run_archive(settings: ArchiveSettings,
         else:
             consumer.seek_to_end(*assigned)
         expected = {partition: consumer.position(partition) for partition in assigned}
+        # Records past an offset the broker has not stored yet wait for it; a gap that
+        # persists is logged as offsets not in the log (streams/offset_gaps.py).
+        gaps = OffsetGaps(lambda tp, now: 0, lambda outcome: None)
         with open(settings.out, "w") as out:
             writer = ArchiveWriter(out, source="kafka", prefix=settings.prefix)
             last_record = time.monotonic()
             try:
                 while not stopping:
                     batches = consumer.poll(timeout_ms=200)
+                    now = time.monotonic()
                     for partition, messages in batches.items():
+                        # (the learners topic is compacted: gaps there are normal)
+                        if kinds[partition.topic] != "learners":
+                            messages, held = gaps.admit(partition, expected[partition],
+                                                        messages, now)
+                            if held is not None:  # (fetched again at once: no pause here)
+                                consumer.seek(partition, held.offset)
                         for message in messages:
-                            # (the learners topic is compacted: gaps there are normal)
-                            if message.offset > expected[partition] \
-                                    and kinds[partition.topic] != "learners":
-                                log.warning(
-                                    "%s[%d]: offsets %d to %d are not in the archive (gone "
-                                    "from the broker before they were read)", partition.topic,
-                                    partition.partition, expected[partition],
-                                    message.offset - 1)
                             expected[partition] = message.offset + 1
                             writer.write(archive_record(kinds[partition.topic], message))
                     if batches:

@@ -29,8 +29,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from aiokafka import TopicPartition
-
 from banditflow.streams.logfilters import Throttle
 
 log = logging.getLogger(__name__)
@@ -46,6 +44,8 @@ class Offset(Protocol):
 
 
 R = TypeVar("R", bound=Offset)
+# A topic partition: aiokafka's and kafka-python's TopicPartition are both (topic, partition).
+TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ class OffsetGaps:
             del self.gaps[tp]
         self.counted("skipped")
         if SKIPPED.allow(now):
-            log.info("%s[%d]: offsets %d to %d are not in the log (compaction, transaction "
-                     "markers or retention): skipped%s", tp.topic, tp.partition, offset,
-                     until - 1, SKIPPED.suppressed_note())
+            log.warning("%s[%d]: offsets %d to %d are not in the log (compaction, transaction "
+                        "markers, or retention removed them before they were read): skipped%s",
+                        tp[0], tp[1], offset, until - 1, SKIPPED.suppressed_note())
         return None

@@ -1,22 +1,26 @@
 """Records past an offset the broker has not stored yet (streams/offset_gaps.py).
 
 The embedded broker (Tansu 0.6.0), while several producers write one partition, can hand a
-consumer offset n + 1 before it has stored n; the first test shows that quirk, the second
-that a worker still decides every context sent that way, holding back what came past the
-gap until the broker filled it."""
+consumer offset n + 1 before it has stored n; the first test shows that quirk (and that the
+archive, reading meanwhile, has every record), the second that a worker still decides every
+context sent that way, holding back what came past the gap until the broker filled it."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
+import threading
 import time
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from conftest import run_prefix, send_json
 
+from banditflow.offline.archive import read_archive
+from banditflow.streams.archive import ArchiveSettings, run_archive
 from banditflow.streams.scrape import value
+from banditflow.streams.topics import Topics, ensure_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.embedded_broker]
 
@@ -52,54 +56,71 @@ async def produce_until(bootstrap: str, topic: str, value_of, seen_gap, rate: fl
     return sent
 
 
-def test_embedded_broker_hands_out_records_past_an_offset_not_stored_yet(broker) -> None:
-    topic = run_prefix("gapquirk")
-    tp = TopicPartition(topic, 0)
+class Tail:
+    """A consumer reading partition 0 of ``topic`` as it is written, noting each gap in the
+    offsets it is handed (``gaps``: (first missing, next handed out))."""
 
-    async def run() -> tuple[list[tuple[int, int]], list[int]]:
-        tail = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False,
-                                fetch_max_wait_ms=5)
-        await tail.start()
-        gaps: list[tuple[int, int]] = []
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.tp = TopicPartition(topic, 0)
+        self.consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                         fetch_max_wait_ms=5)
+        self.gaps: list[tuple[int, int]] = []
+        self.stop = asyncio.Event()
+
+    async def read(self) -> None:
+        consumer, tp = self.consumer, self.tp
+        await consumer.start()
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
         next_offset = 0
-        stop = asyncio.Event()
+        while not self.stop.is_set():
+            for record in (await consumer.getmany(timeout_ms=50)).get(tp, []):
+                if record.offset != next_offset:
+                    self.gaps.append((next_offset, record.offset))
+                next_offset = record.offset + 1
+        await consumer.stop()
 
-        async def read_tail() -> None:
-            nonlocal next_offset
-            while not await tail.topics() or topic not in await tail.topics():
-                await asyncio.sleep(0.05)
-            tail.assign([tp])
-            tail.seek(tp, 0)
-            while not stop.is_set():
-                for record in (await tail.getmany(timeout_ms=50)).get(tp, []):
-                    if record.offset != next_offset:
-                        gaps.append((next_offset, record.offset))
-                    next_offset = record.offset + 1
+    async def seen_gaps(self, count: int) -> bool:
+        return len(self.gaps) >= count
 
-        async def seen_gap() -> bool:
-            return bool(gaps)
 
-        reader = asyncio.create_task(read_tail())
-        await produce_until(broker.bootstrap, topic, lambda i: b"x", seen_gap, rate=2000)
-        stop.set()
-        await reader
-        await tail.stop()
+def test_embedded_broker_hands_out_records_past_an_offset_not_stored_yet(
+    broker, tmp_path
+) -> None:
+    """The quirk; and ``banditflow archive``, reading meanwhile, still has every record."""
+    prefix = run_prefix("gapquirk")
+    topics = Topics(prefix)
+    ensure_topics(broker.connection, topics, 1, prefix)
+    out = tmp_path / "archive.jsonl"
+    archiving = threading.Thread(target=run_archive, args=(ArchiveSettings(
+        broker.connection, prefix, out, from_beginning=True, until_idle_s=5.0),))
+    archiving.start()
+    tail = Tail(broker.bootstrap, topics.contexts)
+
+    async def run() -> tuple[int, list[int]]:
+        reading = asyncio.create_task(tail.read())
+        sent = await produce_until(broker.bootstrap, topics.contexts, lambda i: json.dumps(
+            {"learner_id": "a", "event_id": f"e{i}"}).encode(), lambda: tail.seen_gaps(3),
+            rate=2000)
+        tail.stop.set()
+        await reading
         full = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False)
         await full.start()
-        full.assign([tp])
-        full.seek(tp, 0)
+        full.assign([tail.tp])
+        full.seek(tail.tp, 0)
         offsets: list[int] = []
-        end = (await full.end_offsets([tp]))[tp]
-        while not offsets or offsets[-1] < end - 2:  # (the end is off by a batch: the quirk)
-            offsets += [r.offset for r in (await full.getmany(timeout_ms=500)).get(tp, [])]
+        while len(offsets) < sent:
+            offsets += [r.offset for r in (await full.getmany(timeout_ms=500)).get(tail.tp, [])]
         await full.stop()
-        return gaps, offsets
+        return sent, offsets
 
-    gaps, offsets = asyncio.run(run())
-    assert gaps, "no gap within the limit: has the broker stopped handing out records early?"
-    missing, after = gaps[0]
+    sent, offsets = asyncio.run(run())
+    assert tail.gaps, "no gap within the limit: has the broker stopped handing out records early?"
     # A later read has what the tail skipped: the offsets were given out, not stored yet.
-    assert offsets[: after + 1] == list(range(after + 1)), (missing, after)
+    assert offsets == list(range(sent)), tail.gaps[:3]
+    archiving.join(timeout=60)
+    _, archived = read_archive(out)
+    assert [r["offset"] for r in archived if r["topic"] == "contexts"] == list(range(sent))
 
 
 def test_worker_decides_every_context_sent_by_concurrent_producers(
