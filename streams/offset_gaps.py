@@ -62,6 +62,15 @@ class _Gap:
     first_seen: float
 
 
+def _contiguous(records: Sequence[Offset], expected: int | None) -> bool:
+    """Whether ``records`` start at ``expected`` (when known) and leave no offset out (the
+    offsets of one partition's records only increase)."""
+    first = records[0].offset
+    return (expected is None or first == expected) and (
+        records[-1].offset - first == len(records) - 1
+    )
+
+
 class OffsetGaps:
     """Which of a fetch's records of a partition to apply now (see the module docstring).
 
@@ -83,6 +92,8 @@ class OffsetGaps:
         where and when to fetch again. ``expected`` is the next offset to apply (None when
         not known yet: a partition read from its beginning)."""
         gap = self.gaps.get(tp)
+        if gap is None and records and _contiguous(records, expected):
+            return records, None
         position = expected
         for index, record in enumerate(records):
             offset = record.offset
