@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import threading
+import subprocess
+import sys
 import time
 
 import pytest
@@ -18,7 +19,6 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from conftest import run_prefix, send_json
 
 from banditflow.offline.archive import read_archive
-from banditflow.streams.archive import ArchiveSettings, run_archive
 from banditflow.streams.scrape import value
 from banditflow.streams.topics import Topics, ensure_topics
 
@@ -92,12 +92,13 @@ def test_embedded_broker_hands_out_records_past_an_offset_not_stored_yet(
     topics = Topics(prefix)
     ensure_topics(broker.connection, topics, 1, prefix)
     out = tmp_path / "archive.jsonl"
-    archiving = threading.Thread(target=run_archive, args=(ArchiveSettings(
-        broker.connection, prefix, out, from_beginning=True, until_idle_s=5.0),))
-    archiving.start()
-    tail = Tail(broker.bootstrap, topics.contexts)
+    archiving = subprocess.Popen(
+        [sys.executable, "-m", "banditflow.streams.cli", "archive", "--bootstrap",
+         broker.bootstrap, "--prefix", prefix, "--out", str(out), "--from-beginning",
+         "--until-idle", "5"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
-    async def run() -> tuple[int, list[int]]:
+    async def run() -> tuple[Tail, int, list[int]]:
+        tail = Tail(broker.bootstrap, topics.contexts)
         reading = asyncio.create_task(tail.read())
         sent = await produce_until(broker.bootstrap, topics.contexts, lambda i: json.dumps(
             {"learner_id": "a", "event_id": f"e{i}"}).encode(), lambda: tail.seen_gaps(3),
@@ -112,13 +113,14 @@ def test_embedded_broker_hands_out_records_past_an_offset_not_stored_yet(
         while len(offsets) < sent:
             offsets += [r.offset for r in (await full.getmany(timeout_ms=500)).get(tail.tp, [])]
         await full.stop()
-        return sent, offsets
+        return tail, sent, offsets
 
-    sent, offsets = asyncio.run(run())
+    tail, sent, offsets = asyncio.run(run())
     assert tail.gaps, "no gap within the limit: has the broker stopped handing out records early?"
     # A later read has what the tail skipped: the offsets were given out, not stored yet.
     assert offsets == list(range(sent)), tail.gaps[:3]
-    archiving.join(timeout=60)
+    output = archiving.communicate(timeout=60)[0]
+    assert archiving.returncode == 0, output
     _, archived = read_archive(out)
     assert [r["offset"] for r in archived if r["topic"] == "contexts"] == list(range(sent))
 
