@@ -8,7 +8,8 @@ runs three loops:
   every input topic (learners, contexts, feedback, truth) goes to the same worker; each
   fetch's records are handed to their partition's :class:`PartitionTask`
   (streams/partition_task.py: the processor and its in-memory store, the state log writer,
-  the stream clocks and the input marks), merged by timestamp (streams/record_order.py);
+  the stream clocks and the input marks), merged by timestamp (streams/record_order.py),
+  those past an offset the broker has not stored yet held back (streams/offset_gaps.py);
 - **commit** (a group commit): as soon as applied events produced a decision or a dead
   letter and no commit is in flight (else every ``commit_interval_s``, or once
   ``max_batch_events`` wait), each task cuts its commit and the :class:`Committer`
