@@ -11,7 +11,8 @@ alike, takes a gap as final and moves on, so the record at n was never applied: 
 without a decision or a dead letter (one in 28,000 contexts of ``banditflow demo``). On
 that broker, 4 producers writing one partition as fast as they could, a consumer tailing
 it saw 7-11 gaps per 18,000 records, and each was filled when the consumer fetched again
-from the gap, one fetch and 2-23 ms later (measured 2026-11-28).
+from the gap, one fetch and 2-23 ms later (measured 2026-11-28 by a one-off script; the
+integration test shows the gaps, not how soon they fill).
 
 So a gap is held back: the records before it are applied, the partition is fetched again
 from the gap at once, and, while the gap persists, paused until ``settle_s`` after it was
