@@ -111,6 +111,20 @@ COMMIT_FAILURES = Throttle(every_s=10.0)
 # decision's p95 inside the worker at 17 ms instead of 7 (measured, issue 26).
 BACKLOG_RECORDS = 256
 
+# The most records a poll hands over (and fewer than --max-batch). A poll's records are handled
+# without a turn of the event loop, and everything else waits for that turn: the commit loop's
+# interval, a commit's next step once the broker acknowledged its state (its decisions go
+# out), the next fetch, each taking a turn or more. With polls of --max-batch (2,000
+# records, about 0.15 s of work here), a backlog's first commit was cut 0.22 s after its
+# first records were fetched, once 2,443 were handled (a traced run). 100 records are about
+# 7 ms of work. Side by side
+# on fresh brokers (the state-layer (b) and (c) runs, 2026-11-28), the first decision under a
+# 10^4 backlog came after 0.166 s instead of 0.233 (one learner) and 0.249 instead of 0.572
+# (1,000 learners), 7 pairs, and 0.178 against 0.287 and 0.274 against 0.607 in 5 more; the
+# throughput fell 12.5 % and 7 %, and 13 % and 18 %: the commit loop now gets its turns at
+# the interval, so a backlog is committed in more, smaller commits.
+POLL_RECORDS = 100
+
 
 class Worker:
     """A banditflow worker process (see the module docstring)."""
@@ -175,7 +189,7 @@ class Worker:
             heartbeat_interval_ms=max(100, min(HEARTBEAT_MS, session_ms // 4)),
             rebalance_timeout_ms=session_ms,
             partition_assignment_strategy=(RangePartitionAssignor,),
-            max_poll_records=s.max_batch_events,
+            max_poll_records=min(POLL_RECORDS, s.max_batch_events),
             fetch_max_wait_ms=s.fetch_wait_ms,
             client_id=self.client_id,
         )
@@ -312,9 +326,7 @@ class Worker:
                 await asyncio.wait({stop, asyncio.ensure_future(self._committed.wait())},
                                    return_when=asyncio.FIRST_COMPLETED)
                 continue
-            fetched = await consumer.getmany(
-                timeout_ms=100, max_records=self.settings.max_batch_events
-            )
+            fetched = await consumer.getmany(timeout_ms=100)
             if not fetched:
                 self._adapt_fetch_wait(records=0)
                 continue
@@ -344,11 +356,11 @@ class Worker:
                 self._commit_wanted.set()
             self._adapt_fetch_wait(records=handled)
             # getmany returns records it holds without yielding to the event loop: in a
-            # backlog this loop would otherwise handle up to 2 x max_batch_events records
-            # before the commit loop (the first decisions' commit, the interval) or the
-            # fetcher (the next fetch) got a turn. Under a backlog of 10^4 contexts the first
-            # decision came after 0.269 s without this and 0.236 s with it (medians of 8
-            # pairs; the slowest 0.42 against 0.32 s), at the same throughput (2026-11-28).
+            # backlog this loop would otherwise handle poll after poll before the commit loop
+            # or the fetcher got a turn (see POLL_RECORDS). With polls of --max-batch, under a
+            # backlog of 10^4 contexts the first decision came after 0.269 s without this and
+            # 0.236 s with it (medians of 8 pairs; the slowest 0.42 against 0.32 s), at the
+            # same throughput (2026-11-28).
             await asyncio.sleep(0)
         stop.cancel()
 

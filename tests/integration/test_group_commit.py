@@ -1,11 +1,18 @@
-"""Group commit: a decision is committed and published at once, not at the commit interval."""
+"""Group commit: a decision is committed and published at once, not at the commit interval;
+and a backlog's first decisions are not held back behind a long poll."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 
 from conftest import run_prefix, send_json
 from kafka import KafkaProducer
+
+from banditflow.streams.scrape import value
+from banditflow.streams.statelog_kafka import read_commits
+from banditflow.streams.topics import partition_for, state_topic
 
 INTERVAL_S = 30.0  # far longer than any wait below: only a commit started at once fits
 
@@ -31,3 +38,37 @@ def test_decisions_are_committed_at_once_not_at_the_interval(
         decisions.wait_for(lambda records, n=i + 1: len(records) >= n, 20)
     assert time.monotonic() - started < INTERVAL_S / 2
     assert [d["event_id"] for d in decisions.poll()] == ["e0", "e1", "e2"]
+
+
+def test_a_backlogs_first_commit_does_not_wait_for_a_full_poll(
+    broker, start_worker, producer: KafkaProducer, wait_until
+) -> None:
+    """A worker started on a backlog commits its first decisions after a few polls of
+    POLL_RECORDS (streams/worker.py), not after polls of --max-batch records: a poll is
+    handled without a turn of the event loop, and the commit loop needs a few turns to cut
+    the commit its interval calls for."""
+    prefix, lid, backlog, partitions = run_prefix("backlog"), "bl", 6000, 2
+    worker = start_worker(prefix, partitions=partitions)
+    send_json(producer, worker.topics.learners, lid, {
+        "learner_id": lid, "family": "conformal", "algorithm": "sps",
+        "params": {"alpha": 0.9, "horizon": 100_000},
+    })
+    wait_until(lambda: value(worker.metrics(), "banditflow_records_total",
+                             topic=worker.topics.learners, outcome="created") == 1)
+    worker.stop()
+    for i in range(backlog):  # all there before the worker starts again: a backlog
+        producer.send(worker.topics.contexts, key=lid.encode(), value=json.dumps({
+            "learner_id": lid, "event_id": f"e{i}", "labels": ["a", "b"],
+            "scores": [0.9, 0.1],
+        }).encode())
+    producer.flush()
+    worker = start_worker(prefix, partitions=partitions)  # (--max-batch 2000, interval 30 ms)
+    wait_until(lambda: value(worker.metrics(), "banditflow_learner_decisions",
+                             learner_id=lid) == backlog, 120)
+    commits = asyncio.run(read_commits(broker.connection, state_topic(prefix)))
+    sizes = [len(commit.outbox) for _, commit in commits[partition_for(lid, partitions)]
+             if commit.outbox]
+    assert sum(sizes) == backlog
+    # The first commit takes what a few polls of 100 brought by the interval (30 ms): with
+    # polls of --max-batch it held 2,000 decisions or more.
+    assert sizes[0] < 1000, sizes[:10]
