@@ -6,7 +6,8 @@ runs three loops:
 
 - **consume**: a consumer in the group ``app_id`` with range assignment, so partition p of
   every input topic (learners, contexts, feedback, truth) goes to the same worker; each
-  fetch's records are handed to their partition's :class:`PartitionTask`
+  poll's records (at most ``POLL_RECORDS``, so that the other loops get their turns) are
+  handed to their partition's :class:`PartitionTask`
   (streams/partition_task.py: the processor and its in-memory store, the state log writer,
   the stream clocks and the input marks), merged by timestamp (streams/record_order.py),
   those past an offset the broker has not stored yet held back (streams/offset_gaps.py);
