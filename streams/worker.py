@@ -117,13 +117,15 @@ BACKLOG_RECORDS = 256
 # commit loop's interval, a commit's next step once the broker acknowledged its state (its
 # decisions go out), the next fetch, each taking a turn or more. With polls of --max-batch
 # (2,000 records, about 0.15 s of work here), a backlog's first commit was cut 0.22 s after
-# its first records were fetched, once 2,443 were handled (a traced run). 100 records are
-# about 7 ms of work. Side by side on fresh brokers (the state-layer (b) and (c) runs,
-# 2026-11-28), the first decision under a 10^4 backlog came after 0.166 s instead of 0.233
-# (one learner) and 0.249 instead of 0.572 (1,000 learners), 7 pairs, and 0.178 against
-# 0.287 and 0.274 against 0.607 in 5 more; the throughput fell 12.5 % and 7 %, and 13 % and
-# 18 %: the commit loop now gets its turns at the interval, so a backlog is committed in
-# more, smaller commits. At 500 contexts/s a poll brings a few records: no change there.
+# its first records were fetched, once 2,443 were handled (timestamps added for one run, not
+# kept). 100 records are about 7 ms of work. Side by side on fresh brokers (the state-layer
+# (b) and (c) runs, 2026-11-28, by one-off scripts; `make bench` regenerates the first
+# decision and the throughput of (b)), the first decision under a 10^4 backlog came after
+# 0.166 s instead of 0.233 (one learner) and 0.249 instead of 0.572 (1,000 learners), 7
+# pairs, and 0.178 against 0.287 and 0.274 against 0.607 in 5 more; the throughput fell 12.5
+# % and 7 %, and 13 % and 18 %: the commit loop now gets its turns at the interval, so a
+# backlog is committed in more, smaller commits. At 500 contexts/s a poll brings a few
+# records: no change there.
 POLL_RECORDS = 100
 
 
