@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from banditflow.processors.store import PartitionStore
+from banditflow.processors.store import KeyListing, PartitionStore
 from banditflow.streams.statelog_reader import LogReader
 
 # A snapshot starts when a recovery would read this many times the state (the last
@@ -22,18 +22,24 @@ SNAPSHOT_MIN_BYTES = 1 << 20
 # and at least this often, so that a broker's retention (7 days on the topic banditflow
 # creates) never removes the snapshot a recovery needs.
 SNAPSHOT_MAX_AGE_S = 3600.0
-# Keys of a snapshot written per commit (a slice), so that no commit stalls the worker.
-SNAPSHOT_SLICE_KEYS = 2000
+# Keys of a snapshot written per commit (a slice), so that no commit stalls the worker: in a
+# worker at 500 decisions/s, a commit with a slice of 2,000 settled decisions took 10 to 15
+# ms to cut, one with 500 took 2 to 5 ms (2026-11-28; with each decision's text made anew,
+# before the store kept settled decisions as their text, 2,000 took 10 to 22 ms). The
+# snapshot row of tests/benchmarks/bench_task_cpu.py measures the longest cut.
+SNAPSHOT_SLICE_KEYS = 500
 
 
 @dataclass
 class SnapshotInProgress:
-    """A snapshot being written: the keys that existed when it began, and how far it got."""
+    """A snapshot being written: the keys that existed when it began, how far it got, and
+    where the slice being written ends."""
 
     start_offset: int
     start_log_bytes: int
-    keys: list[str]
+    keys: KeyListing
     index: int = 0
+    slice_end: int = 0
 
 
 class Snapshots:
@@ -80,19 +86,20 @@ class Snapshots:
         writing = self.writing
         if writing is None and self.due(store.key_count()):
             writing = self.writing = SnapshotInProgress(offset, self.log_bytes,
-                                                        store.log_keys())
+                                                        store.key_listing())
         if writing is None:
             return []
-        return writing.keys[writing.index : writing.index + SNAPSHOT_SLICE_KEYS]
+        writing.slice_end = min(len(writing.keys), writing.index + SNAPSHOT_SLICE_KEYS)
+        return store.listed_keys(writing.keys, writing.index, writing.slice_end)
 
-    def sliced(self, count: int) -> dict[str, float] | None:
-        """A commit carries the next ``count`` keys of the snapshot being written; when
-        they complete it, what the commit records of it (where it starts, its bytes before
-        this commit, when), else None."""
+    def sliced(self) -> dict[str, float] | None:
+        """A commit carries the slice ``next_slice`` gave; when it completes the snapshot
+        being written, what the commit records of it (where it starts, its bytes before this
+        commit, when), else None."""
         writing = self.writing
         if writing is None:
             return None
-        writing.index += count
+        writing.index = writing.slice_end
         if writing.index < len(writing.keys):
             return None
         return {

@@ -84,7 +84,7 @@ class PartitionLog:
                 value = store.value(key)
                 if value is not None:
                     puts.append((key, self._text(key, value, True)[0]))
-        completed = self.snapshots.sliced(len(sliced))
+        completed = self.snapshots.sliced()
         commit = Commit(
             self.epoch, self.seq, marks, clock, puts, changes.deletes, outbox,
             patches=patches, snapshot=completed, dead_letters=list(dead_letters),

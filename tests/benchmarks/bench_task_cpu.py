@@ -14,9 +14,15 @@ calls them). No Kafka client runs: what aiokafka costs per record is not in thes
 Reported per ``per_commit`` (``PER_COMMIT``: the commits per decision at 500/s and 2,000/s in
 ``bench_latency.py`` are about 0.22 and 0.03, i.e. 2 commits per 9 and per 60 decisions):
 the CPU time per decision (process time, medians of ``rounds``), the share of it spent
-cutting commits, and state log bytes per decision. Asserts correctness only: every context
-decided, every feedback applied, no dead letter, and the log read back equal to the live
-state.
+cutting commits, the longest cut (the worker's loop does nothing else meanwhile: a
+decision waits for it), and state log bytes per decision. Asserts correctness only: every
+context decided, every feedback applied, no dead letter, and the log read back equal to the
+live state.
+
+Then a snapshot over a large state: ``RETAINED`` settled decisions (kept ``retention_s`` for
+dedupe: 10 minutes at 2,000/s is 1.2 million), and the commits that write it, one slice each
+(the commit that starts it lists the keys): the longest cut and the cuts' CPU in all,
+medians of ``rounds``.
 
 Run: ``make bench`` or ``python tests/benchmarks/bench_task_cpu.py [--rounds R]``.
 """
@@ -45,6 +51,7 @@ from test_statelog import append, recover  # (the state log's test helpers)
 
 DECISIONS = 20_000
 PER_COMMIT = (9, 60)
+RETAINED = 200_000
 CAUGHT_UP: dict[str, float | None] = {"learners": None, "contexts": None, "feedback": None}
 
 
@@ -66,7 +73,7 @@ def measure(per_commit: int, decisions: int = DECISIONS) -> dict[str, Any]:
     offsets = {"learners": 0, "contexts": 0, "feedback": 0}
     log: list[tuple[int, bytes, bytes]] = []
     now = time.time()
-    cut_s = 0.0
+    cut_s = longest_cut_s = 0.0
     state_bytes = 0
 
     def handle(stream: str, value: bytes) -> None:
@@ -75,10 +82,12 @@ def measure(per_commit: int, decisions: int = DECISIONS) -> dict[str, Any]:
         task.handle(stream, record, now)
 
     def commit() -> None:
-        nonlocal cut_s, state_bytes
+        nonlocal cut_s, longest_cut_s, state_bytes
         started = time.process_time()
         pending = task.cut(CAUGHT_UP)
-        cut_s += time.process_time() - started
+        took = time.process_time() - started
+        cut_s += took
+        longest_cut_s = max(longest_cut_s, took)
         assert pending is not None and task.log.acked(append(log, pending.state))
         state_bytes += sum(len(value) for _, value in pending.state)
         task.written(pending)
@@ -107,26 +116,55 @@ def measure(per_commit: int, decisions: int = DECISIONS) -> dict[str, Any]:
     assert not task.dead_letters
     reader = recover(log)
     assert {key: orjson.loads(value) for key, value in reader.values.items()} == {
-        key: store.value(key) for key in store.log_keys()
+        key: orjson.loads(value) if isinstance(value, bytes) else value  # (settled: text)
+        for key in store.log_keys() if (value := store.value(key)) is not None
     }
     return {"cpu_ms_per_decision": cpu_s * 1000 / decisions, "cut_share": cut_s / cpu_s,
-            "state_log_bytes_per_decision": state_bytes / decisions}
+            "longest_cut_ms": longest_cut_s * 1000,
+            "state_log_bytes_per_decision": state_bytes / decisions, "task": task, "log": log}
+
+
+def measure_snapshot(retained: int = RETAINED) -> dict[str, float]:
+    """A snapshot of ``retained`` settled decisions, a slice per commit: the longest cut and
+    the cuts' CPU in all (ms)."""
+    run = measure(2000, retained)
+    task, log = run["task"], run["log"]
+    task.log.snapshots.taken_at = float("-inf")  # (due by age: it starts with the next cut)
+    cuts: list[float] = []
+    while True:
+        started = time.process_time()
+        pending = task.cut(CAUGHT_UP)
+        cuts.append(time.process_time() - started)
+        assert pending is not None and task.log.acked(append(log, pending.state))
+        task.written(pending)
+        task.committed(pending)
+        if task.log.snapshots.writing is None:
+            break
+    assert len(recover(log).values) == task.processor.store.key_count()
+    return {"commits": len(cuts), "longest_cut_ms": max(cuts) * 1000,
+            "cut_ms": sum(cuts) * 1000}
 
 
 def run_benchmark(rounds: int) -> str:
     results: dict[str, Any] = {"code": code_version(), "rounds": rounds, "decisions": DECISIONS,
                                "per_commit": {}}
-    lines = ["| contexts per commit | CPU per decision (ms) | cutting commits | "
-             "state log bytes per decision |", "|---:|---:|---:|---:|"]
+    lines = ["| contexts per commit | CPU per decision (ms) | cutting commits | longest cut (ms) "
+             "| state log bytes per decision |", "|---:|---:|---:|---:|---:|"]
+    keys = ("cpu_ms_per_decision", "cut_share", "longest_cut_ms", "state_log_bytes_per_decision")
     for per_commit in PER_COMMIT:
-        runs = [measure(per_commit) for _ in range(rounds)]
+        runs = [{key: measure(per_commit)[key] for key in keys} for _ in range(rounds)]
         results["per_commit"][str(per_commit)] = runs
-        cpu, share, size = (statistics.median(run[key] for run in runs) for key in
-                            ("cpu_ms_per_decision", "cut_share", "state_log_bytes_per_decision"))
-        lines.append(f"| {per_commit} | {cpu:.3f} | {share:.0%} | {size:,.0f} |")
+        cpu, share, longest, size = (statistics.median(run[key] for run in runs) for key in keys)
+        lines.append(f"| {per_commit} | {cpu:.3f} | {share:.0%} | {longest:.1f} | {size:,.0f} |")
+    snapshots = [measure_snapshot() for _ in range(rounds)]
+    results["snapshot"] = snapshots
+    commits, longest, total = (statistics.median(run[key] for run in snapshots)
+                               for key in ("commits", "longest_cut_ms", "cut_ms"))
     report = (f"The worker's own CPU per decision, no broker: one SPS learner (K = 20, horizon "
               f"10^5), {DECISIONS:,} contexts with their feedback, medians of {rounds} runs; "
-              f"code {results['code']}.\n\n" + "\n".join(lines) + "\n")
+              f"code {results['code']}.\n\n" + "\n".join(lines) + "\n\n"
+              f"A snapshot of {RETAINED:,} settled decisions: {commits:.0f} commits, the "
+              f"longest cut {longest:.1f} ms, the cuts' CPU {total:,.0f} ms in all.\n")
     print(f"\n{report}", flush=True)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "task_cpu.md").write_text(report)

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 
 from banditflow.processors import Emitted, PartitionStore, Processor, Source, StreamTimes
@@ -145,6 +146,47 @@ def test_settled_records_are_purged_after_retention(processor: Processor) -> Non
     assert f"{LID}/e1" not in processor.store.decisions
 
 
+def test_a_recreated_learners_decision_keeps_its_whole_retention(processor: Processor) -> None:
+    """A settled decision is kept as text once written, which does not say when it was
+    settled: the purge of a deleted learner's decision must not take the decision of the same
+    id that a learner re-created under the same id settles later."""
+    processor.on_context(context("e1"), CONTEXTS, 1.0)
+    processor.on_feedback(feedback("e1"), FEEDBACK, 2.0)  # retained until 102
+    processor.on_config(LID, None, CONFIGS, 3.0)
+    processor.on_config(LID, config(), CONFIGS, 4.0)
+    processor.on_context(context("e1"), CONTEXTS, 50.0)
+    processor.on_feedback(feedback("e1"), FEEDBACK, 51.0)  # retained until 151
+    processor.store.changes()  # (written: kept as text from now on)
+    assert isinstance(processor.store.decisions[f"{LID}/e1"], bytes)
+    tick(processor, 120.0)
+    assert f"{LID}/e1" in processor.store.decisions
+    assert reasons(processor.on_feedback(feedback("e1"), FEEDBACK, 121.0)) == []  # a duplicate
+    tick(processor, 151.5)
+    assert f"{LID}/e1" not in processor.store.decisions
+
+
+def test_a_snapshots_keys_are_those_of_its_start_as_they_are_when_sliced(
+    processor: Processor,
+) -> None:
+    """A snapshot lists the keys when it starts and writes them a slice per commit: a
+    decision open then and settled since is written settled, one purged since not at all."""
+    for i, at in enumerate((1.0, 2.0, 99.0)):  # (e2's feedback timeout ends at 109)
+        processor.on_context(context(f"e{i}"), CONTEXTS, at)
+    processor.on_feedback(feedback("e0"), FEEDBACK, 5.0)  # settled before the listing
+    store = processor.store
+    store.changes()
+    listing = store.key_listing()
+    processor.on_feedback(feedback("e1"), FEEDBACK, 6.0)  # settled after it
+    tick(processor, 105.5)  # e0's retention ends: purged
+    processor.on_context(context("e3"), CONTEXTS, 106.0)  # new since: not listed
+    assert len(listing) == 5  # the config, the learner and 3 decisions
+    assert store.listed_keys(listing, 0, 2) == [f"c/{LID}", f"l/{LID}"]
+    assert store.listed_keys(listing, 2, len(listing)) == [f"s/{LID}/e1", f"d/{LID}/e2"]
+    assert store.listed_keys(listing, 3, 4) == [f"s/{LID}/e1"]
+    assert sorted(store.log_keys()) == sorted(
+        [f"c/{LID}", f"l/{LID}", f"s/{LID}/e1", f"d/{LID}/e2", f"d/{LID}/e3"])
+
+
 def test_a_decision_expires_on_the_feedback_stream_not_the_context_stream(
     processor: Processor,
 ) -> None:
@@ -230,7 +272,9 @@ def test_changes_hold_the_latest_value_of_each_key_once(processor: Processor) ->
     assert len(keys) == len(set(keys)) == 22  # one learner, 21 decisions
     values = dict(changes.puts)
     assert values[f"l/{LID}"]["state"]["n"] == 20  # the learner once, as of now
-    settled = DecisionRecord.from_json(values[f"s/{LID}/e3"])  # never written open
+    # (never written open; written as text, which the store keeps for it from now on)
+    settled = DecisionRecord.from_json(orjson.loads(values[f"s/{LID}/e3"]))
+    assert processor.store.decisions[f"{LID}/e3"] is values[f"s/{LID}/e3"]
     assert settled.settled_by is Settled.FEEDBACK and settled.pending is None
     assert f"d/{LID}/e3" not in values and not changes.deletes
     assert DecisionRecord.from_json(values[f"d/{LID}/open"]).pending is not None

@@ -81,6 +81,12 @@ def parsed(values: dict[str, bytes]) -> dict[str, object]:
     return {key: orjson.loads(value) for key, value in values.items()}
 
 
+def live(store: PartitionStore) -> dict[str, object]:
+    """Every key of ``store`` with its value as JSON (a settled decision is kept as text)."""
+    return {key: orjson.loads(value) if isinstance(value, bytes) else value
+            for key in store.log_keys() if (value := store.value(key)) is not None}
+
+
 def test_a_commit_round_trips_and_splits_into_parts(monkeypatch) -> None:
     monkeypatch.setattr(statelog, "PART_BYTES", 64)
     rng = np.random.default_rng(0)
@@ -309,8 +315,7 @@ def test_a_snapshot_begun_while_outputs_were_in_flight_is_read_from_their_commit
     assert reader.last.republish_previous is in_flight
     if in_flight:
         assert reader.previous is not None and reader.previous.outbox == ['"d1"']
-    assert parsed(reader.values) == {key: processor.store.value(key)
-                                     for key in processor.store.log_keys()}
+    assert parsed(reader.values) == live(processor.store)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -322,8 +327,7 @@ def test_recovery_from_the_latest_snapshot_rebuilds_the_state(monkeypatch, seed:
     log, store, writer = run_partition(seed, 1500)
     assert writer.snapshots.start is not None and writer.snapshots.start > 0
     reader = recover(log)
-    live = {key: store.value(key) for key in store.log_keys()}
-    assert parsed(reader.values) == live
+    assert parsed(reader.values) == live(store)
     # Read from any record's snapshot pointer, the state is the same.
     for end in range(len(log) // 2, len(log), 97):
         partial, full = recover(log[: end + 1]), LogReader()
@@ -343,7 +347,7 @@ def test_recovery_reads_in_proportion_to_the_state_not_the_history(monkeypatch) 
     log, store, _ = run_partition(5, 8000)
     total = sum(len(value) for _, _, value in log)
     read = recover(log).bytes_read
-    state = sum(len(json.dumps(store.value(key))) for key in store.log_keys())
+    state = sum(len(json.dumps(value)) for value in live(store).values())
     assert read < total / 5  # the history is many times the state
     assert read < 3 * state  # compressed log vs raw JSON state: a loose, stable bound
 
@@ -484,7 +488,7 @@ def test_a_learner_touched_by_every_commit_writes_what_changed(monkeypatch) -> N
     assert tail < whole_tail / 5, (tail, whole_tail)
     reader = recover(log)
     assert reader.snapshot is not None  # (the recovery starts at a snapshot, past patches)
-    assert parsed(reader.values) == {key: store.value(key) for key in store.log_keys()}
+    assert parsed(reader.values) == live(store)
     restored = PartitionStore.load(reader.values.items(), retention_s=600.0)
     assert restored.learners["x"].learner.to_state() == store.learners["x"].learner.to_state()
 
@@ -603,7 +607,7 @@ def test_the_writer_keeps_patch_bases_of_the_learners_written_last_within_its_bu
     assert touch(ids[:3], 3.0) == [f"l/{lid}" for lid in ids[:3]]  # kept again
     assert len(writer._written) <= 10
     reader = recover(log)
-    assert parsed(reader.values) == {key: store.value(key) for key in store.log_keys()}
+    assert parsed(reader.values) == live(store)
 
 
 def test_a_patch_with_no_value_to_patch_is_refused() -> None:
