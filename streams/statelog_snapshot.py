@@ -22,12 +22,15 @@ SNAPSHOT_MIN_BYTES = 1 << 20
 # and at least this often, so that a broker's retention (7 days on the topic banditflow
 # creates) never removes the snapshot a recovery needs.
 SNAPSHOT_MAX_AGE_S = 3600.0
-# Keys of a snapshot written per commit (a slice), so that no commit stalls the worker: in a
-# worker at 500 decisions/s, a commit with a slice of 2,000 settled decisions took 10 to 15
-# ms to cut, one with 500 took 2 to 5 ms (2026-11-28; with each decision's text made anew,
-# before the store kept settled decisions as their text, 2,000 took 10 to 22 ms). The
-# snapshot row of tests/benchmarks/bench_task_cpu.py measures the longest cut.
+# Keys of a snapshot written per commit (a slice): at least SNAPSHOT_SLICE_KEYS, so that no
+# small commit stalls the worker (in a worker at 500 decisions/s, a commit with a slice of
+# 2,000 settled decisions took 10 to 15 ms to cut, one with 500 took 2 to 5 ms, 2026-11-28;
+# the snapshot row of tests/benchmarks/bench_task_cpu.py measures the longest cut), and
+# SLICE_KEYS_PER_CHANGE per key the commit changes, so that the log a snapshot spans stays
+# about half the state however large commits are (slices of 500 alone, under a backlog's
+# commits, made a recovery after 10^6 events read 19.7 MB instead of 7.7).
 SNAPSHOT_SLICE_KEYS = 500
+SLICE_KEYS_PER_CHANGE = 2
 
 
 @dataclass
@@ -79,17 +82,19 @@ class Snapshots:
         by age (an idle partition too: retention must never remove its only snapshot)."""
         return self.writing is not None or self.due(keys)
 
-    def next_slice(self, offset: int, store: PartitionStore) -> list[str]:
-        """The keys the next commit (its first record expected at ``offset``) writes whole
-        for a snapshot: the next slice of the one being written, which starts with this
-        commit when one is due; none when no snapshot is being written."""
+    def next_slice(self, offset: int, store: PartitionStore, changed: int) -> list[str]:
+        """The keys the next commit (its first record expected at ``offset``, ``changed``
+        keys changed) writes whole for a snapshot: the next slice of the one being written,
+        which starts with this commit when one is due; none when no snapshot is being
+        written."""
         writing = self.writing
         if writing is None and self.due(store.key_count()):
             writing = self.writing = SnapshotInProgress(offset, self.log_bytes,
                                                         store.key_listing())
         if writing is None:
             return []
-        writing.slice_end = min(len(writing.keys), writing.index + SNAPSHOT_SLICE_KEYS)
+        size = max(SNAPSHOT_SLICE_KEYS, SLICE_KEYS_PER_CHANGE * changed)
+        writing.slice_end = min(len(writing.keys), writing.index + size)
         return store.listed_keys(writing.keys, writing.index, writing.slice_end)
 
     def sliced(self) -> dict[str, float] | None:

@@ -67,7 +67,9 @@ class PartitionLog:
         read_from = self.next_offset
         if republish_previous and self.last_landed is not None:
             read_from = self.last_landed
-        sliced = self.snapshots.next_slice(read_from, store)
+        sliced = self.snapshots.next_slice(
+            read_from, store, len(changes.puts) + len(changes.deletes)
+        )
         whole = set(sliced)  # a snapshot's keys are written whole
         puts: list[tuple[str, bytes]] = []
         patches: list[str] = []

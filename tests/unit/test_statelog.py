@@ -238,6 +238,39 @@ def run_partition(seed: int, events: int) -> tuple:
     return log, processor.store, writer
 
 
+def test_a_commit_that_changes_many_keys_carries_a_larger_slice(monkeypatch) -> None:
+    """A slice is at least ``SNAPSHOT_SLICE_KEYS`` and twice the keys its commit changes, so
+    that a backlog's large commits do not stretch a snapshot over a log larger than the
+    state (what a recovery reads)."""
+    monkeypatch.setattr(snapshots, "SNAPSHOT_MIN_BYTES", 1)
+    monkeypatch.setattr(snapshots, "SNAPSHOT_SLICE_KEYS", 10)
+    processor = Processor()
+
+    def configure(first: int, count: int) -> None:
+        for i in range(first, first + count):
+            config = {"learner_id": f"l{i}", "family": "conformal", "algorithm": "sps",
+                      "params": {"alpha": 0.8, "horizon": 100}}
+            processor.on_config(f"l{i}", json.dumps(config).encode(), Source("learners"), 0.0)
+
+    configure(0, 200)  # 400 keys
+    log: Records = []
+    writer = PartitionLog(0, LogReader())
+    writer.snapshots.taken_at = time.time()  # (not due by age: by size, at the next commit)
+    assert writer.acked(append(log, writer.commit(
+        processor.store, processor.store.changes(), {}, {}, []
+    )))
+    configure(200, 30)  # a commit of 60 changed keys: a slice of 120 (10 alone)
+    assert writer.acked(append(log, writer.commit(
+        processor.store, processor.store.changes(), {}, {}, []
+    )))
+    writing = writer.snapshots.writing
+    assert writing is not None and writing.index == 120
+    assert writer.acked(append(log, writer.commit(  # nothing changed: a slice of 10
+        processor.store, processor.store.changes(), {}, {}, []
+    )))
+    assert writing.index == 130
+
+
 def test_a_snapshot_holds_every_key_that_did_not_change_after_it_began(monkeypatch) -> None:
     monkeypatch.setattr(snapshots, "SNAPSHOT_MIN_BYTES", 1)
     monkeypatch.setattr(snapshots, "SNAPSHOT_SLICE_KEYS", 10)
