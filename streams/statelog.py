@@ -101,8 +101,9 @@ class Commit:
     outbox: list[str] = field(default_factory=list)
     claim: bool = False
     patches: list[str] = field(default_factory=list)  # keys of puts that are patches
-    # Set on the commit that completes a snapshot: where it starts, how large it was and
-    # when (wall clock).
+    # Set on the commit that completes a snapshot: where it starts, how large it was (its
+    # slices' bytes, and the log's from its start: both before this commit) and when (wall
+    # clock).
     snapshot: dict[str, float] | None = None
     dead_letters: list[str] = field(default_factory=list)
     # The outputs of the commit before this one may not be out (they were in flight when

@@ -43,8 +43,9 @@ class PartitionLog:
         # as they are (the worker's unfinished commit), or the partition and this writer are
         # dropped and read back; so what a writer built last is what a reader reads.
         self._written = PatchBases(PATCH_BASE_BYTES)
-        self._inflight: tuple[int, int, dict[str, float] | None] | None = None
-        self._built: tuple[Commit, dict[str, float] | None] | None = None  # (for rewrite)
+        # (records, bytes, the snapshot slice's share of them, the snapshot they complete)
+        self._inflight: tuple[int, int, float, dict[str, float] | None] | None = None
+        self._built: tuple[Commit, dict[str, float] | None, float] | None = None  # (rewrite)
 
     def claim(self, marks: dict[str, int], clock: dict[str, float]) -> list[tuple[bytes, bytes]]:
         """The first record of a new owner: fences every older epoch."""
@@ -92,7 +93,7 @@ class PartitionLog:
             patches=patches, snapshot=completed, dead_letters=list(dead_letters),
             republish_previous=republish_previous,
         )
-        return self._records(commit, completed)
+        return self._records(commit, completed, _slice_share(commit, whole))
 
     def _text(self, key: str, value: Any, whole: bool) -> tuple[bytes, bool]:
         """What to write for ``key``: its JSON text, or a patch against the value this
@@ -123,12 +124,12 @@ class PartitionLog:
         return text, False
 
     def _records(
-        self, commit: Commit, completed: dict[str, int] | None
+        self, commit: Commit, completed: dict[str, float] | None, slice_share: float = 0.0
     ) -> list[tuple[bytes, bytes]]:
         records = encode(commit, self.snapshots.start, self.next_offset)
         size = sum(len(value) for _, value in records)
-        self._inflight = (len(records), size, completed)
-        self._built = (commit, completed)
+        self._inflight = (len(records), size, slice_share, completed)
+        self._built = (commit, completed, slice_share)
         return records
 
     def stale_only(self, keys: Iterable[bytes]) -> bool:
@@ -159,7 +160,7 @@ class PartitionLog:
         this owner's records must (someone else wrote to the partition): stop using it.
         Raises ``StateLogLost`` when they landed before (the log lost records)."""
         assert self._inflight is not None, "acked() without records in flight"
-        count, size, completed = self._inflight
+        count, size, slice_share, completed = self._inflight
         self._inflight = None
         if offsets and offsets[0] < self.next_offset:
             # Offsets only grow, whoever writes: a record before the log's known end means
@@ -176,8 +177,24 @@ class PartitionLog:
         self.last_landed = self.next_offset
         self.next_offset += count
         self.seq += 1
-        self.snapshots.landed(size, completed)
+        self.snapshots.landed(size, slice_share, completed)
         return True
+
+
+def _slice_share(commit: Commit, sliced: set[str]) -> float:
+    """About the share of ``commit``'s bytes that the keys in ``sliced`` (a snapshot slice)
+    and their values take: by their text against the commit's keys, values and outputs (the
+    rest of the header, small beside them, left out)."""
+    if not sliced:
+        return 0.0
+    slice_bytes = carried = 0
+    for key, text in commit.puts:
+        size = len(key) + len(text)
+        carried += size
+        if key in sliced:
+            slice_bytes += size
+    carried += sum(map(len, commit.outbox)) + sum(map(len, commit.dead_letters))
+    return slice_bytes / carried if carried else 0.0
 
 
 def _base(value: Any) -> Any:
