@@ -27,9 +27,9 @@ SNAPSHOT_MAX_AGE_S = 3600.0
 # small commit stalls the worker (in a worker at 500 decisions/s, a commit with a slice of
 # 2,000 settled decisions took 10 to 15 ms to cut, one with 500 took 2 to 5 ms, 2026-11-28;
 # the snapshot row of tests/benchmarks/bench_task_cpu.py measures the longest cut), and
-# SLICE_KEYS_PER_CHANGE per key the commit changes, so that the log a snapshot spans stays
-# about half the state however large commits are (slices of 500 alone, under a backlog's
-# commits, made a recovery after 10^6 events read 19.7 MB instead of 7.7).
+# SLICE_KEYS_PER_CHANGE per key the commit changes, so that the other changes in the log a
+# snapshot spans, which a recovery reads with it, stay about half the snapshot however large
+# commits are (a backlog's commits change thousands of keys each).
 SNAPSHOT_SLICE_KEYS = 500
 SLICE_KEYS_PER_CHANGE = 2
 
