@@ -360,8 +360,8 @@ def test_a_snapshot_is_as_large_as_its_slices_not_the_log_they_span(monkeypatch)
 
     alone, _ = snapshot(50, 0)  # 8 commits of 50 keys, and nothing else
     sliced, spanned = snapshot(50, 100)  # the same, each commit with 100 outputs too
-    # (About: a share of the compressed commit by text, and the outputs, alike, compress
-    # better than the slice. Measured 0.69 of the size alone, and the span 1.73 times it.)
+    # (About: a commit's compressed bytes are shared out by text, and outputs this alike
+    # compress better than the slice. Measured: 0.69 of the size alone, the span 1.73x it.)
     assert spanned > 1.5 * alone  # (what the snapshot measured before)
     assert 0.6 * alone < sliced < 1.25 * alone, (sliced, alone)
 
