@@ -15,10 +15,11 @@ from banditflow.processors.store import KeyListing, PartitionStore
 from banditflow.streams.statelog_reader import LogReader
 
 # A snapshot starts when the log written since the last one completed is this many times the
-# state (what a recovery reads beyond that snapshot, against the state's size now: snapshots
-# then add at most a 1 / SNAPSHOT_RATIO of the log) ...
+# state (what a recovery reads beyond that snapshot's span, against the state's size now:
+# snapshots then add at most a 1 / SNAPSHOT_RATIO of the log) ...
 SNAPSHOT_RATIO = 2.0
-# ... but not before that log is this many bytes (a snapshot per commit would be wasteful),
+# ... but not before a recovery would read this many bytes (a snapshot per commit would be
+# wasteful),
 SNAPSHOT_MIN_BYTES = 1 << 20
 # and at least this often, so that a broker's retention (7 days on the topic banditflow
 # creates) never removes the snapshot a recovery needs.
@@ -64,27 +65,29 @@ class Snapshots:
         self.size_bytes = 0.0 if last is None else last["bytes"]
         self.key_count = len(reader.values)  # (about: what the last snapshot held)
         # Bytes of the log since the snapshot's start (all of it without one): what a
-        # recovery reads; of them, those up to its completion. (A snapshot written before
-        # its span was recorded: its bytes were its span.)
+        # recovery reads; of them, the snapshot's span, from its start to its completion. (A
+        # snapshot written before its span was recorded: its bytes were its span.)
         self.log_bytes = reader.bytes_read
-        self.end_log_bytes = 0 if last is None else last.get("span", last["bytes"])
+        self.start_log_bytes = 0
+        self.span_bytes = 0 if last is None else last.get("span", last["bytes"])
         # When the latest snapshot was taken (wall clock, kept in the log: restarts must not
         # put it off); without one, the first commit takes one.
         self.taken_at = last.get("at", 0.0) if last is not None else float("-inf")
         self.writing: SnapshotInProgress | None = None
 
     def due(self, keys: int) -> bool:
-        """Whether the log written since the last snapshot completed is much larger than
-        the state: the state is about the snapshot's bytes scaled by how the number of keys
-        changed since (it grows with the log, or shrinks when decisions expire)."""
-        since = self.log_bytes - self.end_log_bytes
+        """Whether a recovery now would read much more than the state: the snapshot's span,
+        then a log much larger than the state (about the snapshot's bytes scaled by how the
+        number of keys changed since: it grows with the log, or shrinks when decisions
+        expire)."""
+        read = self.log_bytes - self.start_log_bytes
         # (A snapshot of no keys, a new partition's first, says nothing about bytes per key:
         # scaling by it kept a growing log from ever being snapshotted again.)
         state = self.size_bytes * keys / self.key_count if self.key_count else 0.0
-        # (Counted from the snapshot's last byte, not its first: counted from its first, the
-        # log held the snapshot already, and a snapshot whose span is mostly other changes
-        # would start the next one at once.)
-        if since > max(SNAPSHOT_MIN_BYTES, SNAPSHOT_RATIO * state):
+        # (The span is not held against the state: a snapshot whose span is mostly other
+        # changes would start the next one at once. SNAPSHOT_MIN_BYTES bounds what a recovery
+        # reads, span included, when the state is small.)
+        if read > max(SNAPSHOT_MIN_BYTES, self.span_bytes + SNAPSHOT_RATIO * state):
             return True
         return time.time() - self.taken_at >= SNAPSHOT_MAX_AGE_S
 
@@ -139,6 +142,7 @@ class Snapshots:
             self.start = int(completed["start"])
             self.size_bytes = writing.bytes
             self.key_count = len(writing.keys)
-            self.end_log_bytes = self.log_bytes
+            self.start_log_bytes = writing.start_log_bytes
+            self.span_bytes = self.log_bytes - writing.start_log_bytes
             self.taken_at = completed["at"]
             self.writing = None
