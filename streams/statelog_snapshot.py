@@ -84,9 +84,10 @@ class Snapshots:
         # (A snapshot of no keys, a new partition's first, says nothing about bytes per key:
         # scaling by it kept a growing log from ever being snapshotted again.)
         state = self.size_bytes * keys / self.key_count if self.key_count else 0.0
-        # (The span is not held against the state: a snapshot whose span is mostly other
-        # changes would start the next one at once. SNAPSHOT_MIN_BYTES bounds what a recovery
-        # reads, span included, when the state is small.)
+        # (The span is added to what the state allows, not weighed against the state: a
+        # span of mostly other changes would start the next snapshot at once. And
+        # SNAPSHOT_MIN_BYTES bounds what a recovery reads, span included, when the state is
+        # small.)
         if read > max(SNAPSHOT_MIN_BYTES, self.span_bytes + SNAPSHOT_RATIO * state):
             return True
         return time.time() - self.taken_at >= SNAPSHOT_MAX_AGE_S

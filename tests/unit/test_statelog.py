@@ -366,6 +366,31 @@ def test_a_snapshot_is_as_large_as_its_slices_not_the_log_they_span(monkeypatch)
     assert 0.6 * alone < sliced < 1.25 * alone, (sliced, alone)
 
 
+def test_a_snapshot_is_due_past_its_predecessors_span_and_twice_the_state() -> None:
+    """What a recovery reads is the last snapshot's span, then the log since: the next
+    snapshot is due once that is over ``SNAPSHOT_MIN_BYTES`` in all, and the log past the
+    span over twice the state (a span of mostly other changes does not make it due at once;
+    counted past the span alone, the megabyte came on top of it: CI read 1.9 MB where
+    ``test_a_restart_reads_the_state_not_the_history`` allows 1.5)."""
+    minimum = snapshots.SNAPSHOT_MIN_BYTES
+    policy = snapshots.Snapshots(LogReader())
+    policy.taken_at = time.time()  # (not due by age)
+    # the last snapshot: 10 keys of 100 kB in all, written across 3 MB of log
+    policy.start, policy.start_log_bytes, policy.span_bytes = 0, 0, 3_000_000
+    policy.size_bytes, policy.key_count = 100_000.0, 10
+    policy.log_bytes = 3_000_000 + 150_000
+    assert not policy.due(10)  # 150 kB past the span: under twice the state
+    policy.log_bytes = 3_000_000 + 250_000
+    assert policy.due(10)
+    assert not policy.due(20)  # (twice the keys: about twice the state)
+    # a small state: the megabyte bounds the read, span included
+    policy.span_bytes, policy.size_bytes = 600_000, 1_000.0
+    policy.log_bytes = minimum - 1
+    assert not policy.due(10)
+    policy.log_bytes = minimum + 1
+    assert policy.due(10)
+
+
 @pytest.mark.parametrize("in_flight", [False, True])
 def test_a_snapshot_begun_while_outputs_were_in_flight_is_read_from_their_commit(
     monkeypatch, in_flight: bool
