@@ -15,6 +15,13 @@ Tansu slows as batches accumulate, so every measurement gets a fresh broker; the
 state-first floor and banditflow alternate so that all meet the same machine load, and the
 table reports each and banditflow's differences to both.
 
+And the broker's own answer, the least any design's produce waits for: ``produce_probe.py``
+sending one record per request (through aiokafka's client directly, one request at a time,
+``PROBE_RATE`` a second), alone on a fresh broker, then beside the floor's load, in a fourth
+measurement (the probe's load would shift the floor's latency were it in the floor's own).
+A design that publishes a decision only once its state is acknowledged waits for two such
+answers, one after the other.
+
 Per measurement: one conformal SPS learner (K = 20, exact horizon 10^5), contexts at a fixed
 rate (``RATES``) for ``seconds``, each decision answered with feedback as soon as it is
 read (producers with ``linger_ms=0``, the decisions read with ``fetch_max_wait_ms=10``).
@@ -29,7 +36,8 @@ Reported, medians over ``rounds`` rounds of each run's p50 / p95 / p99:
   (``banditflow_commit_stage_seconds``: cut, state, outputs);
 - state log bytes per decision (with its feedback), at each rate;
 - the CPU time per decision (with its feedback) of the worker and of the floors' processes;
-- the idle CPU of the worker and of the floor (one learner, no load, ``IDLE_S`` seconds).
+- the idle CPU of the worker and of the floor (one learner, no load, ``IDLE_S`` seconds);
+- the broker's answer to a lone produce request, idle and beside the floor's load.
 
 The floors' fetch wait is the floor's best on this broker (``FLOOR_FETCH_WAIT_MS``: the issue-26
 measurements at 500/s gave p50/p99 20.5/71.8 ms at 20 ms, 16.5/52.9 at 10, 26.6/135.8 at 5,
@@ -46,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -84,6 +93,10 @@ HERE = Path(__file__).resolve().parent
 RATES = (500.0, 2000.0)
 FLOOR_FETCH_WAIT_MS = 10
 IDLE_S = 10.0
+# produce_probe.py: requests a second (about a fifth of the load at 500/s: enough answers
+# for a p99 in 20 s, little beside the floor's), and its seconds alone on the fresh broker.
+PROBE_RATE = 100.0
+PROBE_IDLE_S = 5.0
 IN_WORKER = "banditflow_decision_in_worker_seconds"
 QS = (0.5, 0.95, 0.99)
 PARTITION = partition_for("lat", PARTITIONS)  # the learner's
@@ -215,44 +228,83 @@ async def measure_banditflow(
     return result
 
 
+class Reporter:
+    """A benchmark's helper process (noop_roundtrip.py, produce_probe.py): started with
+    ``env``, ready once it prints "ready"; on leaving, stopped with SIGTERM, and what it then
+    prints, one JSON value, is :attr:`report`."""
+
+    def __init__(self, script: str, env: dict[str, str], log: Path) -> None:
+        self.script, self.env, self.log = script, env, log
+        self.report: Any = None
+
+    async def __aenter__(self) -> Reporter:
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, str(HERE / self.script)], env={**os.environ, **self.env},
+                stdout=subprocess.PIPE, stderr=log,
+            )
+        assert self.process.stdout is not None
+        ready = await asyncio.to_thread(self.process.stdout.readline)
+        if ready.strip() != b"ready":
+            self.process.kill()
+            raise AssertionError(f"{self.script} did not start ({ready!r}; see {self.log})")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        # (the report comes on stdout as it stops: read while waiting, as it outgrows a
+        # pipe's buffer)
+        self.process.terminate()
+        try:
+            out, _ = await asyncio.to_thread(self.process.communicate, timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            out, _ = await asyncio.to_thread(self.process.communicate)
+        if exc[0] is None:
+            self.report = json.loads(out)
+
+
 async def measure_floor(
-    logs: Path, rate: float, seconds: float, state_first: bool = False
+    logs: Path, rate: float, seconds: float, state_first: bool = False, probe: bool = False
 ) -> dict[str, Any]:
     """The no-op round trip at ``rate`` (``state_first``: writing a state record before it
     re-publishes, see noop_roundtrip.py); with its own latency per context, fetch -> output
-    acknowledged (``process_ms``)."""
+    acknowledged (``process_ms``). ``probe``: with produce_probe.py timing the broker's
+    acknowledgements, alone for ``PROBE_IDLE_S`` first (``ack_idle_ms``), then beside the
+    load (``ack_loaded_ms``); the idle CPU is measured on the plain floor only."""
+    assert not (probe and state_first), "the probe writes where the state-first floor does"
     with EmbeddedBroker(port=free_port(), log_path=logs / "broker.log") as broker:
         topics = Topics(f"floor-{os.getpid()}-{time.monotonic_ns()}")
         await asyncio.to_thread(ensure_topics, broker.bootstrap, topics, PARTITIONS, "floor")
         env = {
-            **os.environ, "NOOP_BOOTSTRAP": broker.bootstrap, "NOOP_CONTEXTS": topics.contexts,
+            "NOOP_BOOTSTRAP": broker.bootstrap, "NOOP_CONTEXTS": topics.contexts,
             "NOOP_FEEDBACK": topics.feedback, "NOOP_OUTPUT": topics.decisions,
             "NOOP_FETCH_WAIT_MS": str(FLOOR_FETCH_WAIT_MS),
         }
         if state_first:
             env["NOOP_STATE_TOPIC"] = state_topic("floor")
-        with open(logs / "floor.log", "ab") as log:
-            process = subprocess.Popen(
-                [sys.executable, str(HERE / "noop_roundtrip.py")], env=env,
-                stdout=subprocess.PIPE, stderr=log,
-            )
-        try:
-            assert process.stdout is not None
-            ready = await asyncio.to_thread(process.stdout.readline)
-            assert ready.strip() == b"ready", ready
-            # (the state-first floor idles as the floor does: its idle CPU is not measured)
-            idle = None if state_first else await idle_cpu(process.pid, IDLE_S)
-            result = await drive(broker.bootstrap, topics, rate, seconds, process.pid)
-        finally:
-            # (its latencies come on stdout as it stops: read while waiting, as they outgrow
-            # a pipe's buffer)
-            process.terminate()
-            try:
-                latencies, _ = await asyncio.to_thread(process.communicate, timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                latencies, _ = await asyncio.to_thread(process.communicate)
-        result["process_ms"] = percentiles(json.loads(latencies))
+        idle: float | None = None
+        async with contextlib.AsyncExitStack() as stack:
+            if probe:
+                acks = await stack.enter_async_context(Reporter(
+                    "produce_probe.py", {"PROBE_BOOTSTRAP": broker.bootstrap,
+                                         # (unused by the plain floor)
+                                         "PROBE_TOPIC": state_topic("floor"),
+                                         "PROBE_RATE": str(PROBE_RATE)}, logs / "probe.log"))
+                await asyncio.sleep(PROBE_IDLE_S)
+                alone_to = time.monotonic()
+            async with Reporter("noop_roundtrip.py", env, logs / "floor.log") as floor:
+                # (the state-first floor idles as the floor does)
+                if not (state_first or probe):
+                    idle = await idle_cpu(floor.process.pid, IDLE_S)
+                loaded_from = time.monotonic()
+                result = await drive(broker.bootstrap, topics, rate, seconds, floor.process.pid)
+                loaded_to = time.monotonic()
+        result["process_ms"] = percentiles(floor.report)
+    if probe:
+        result["ack_idle_ms"] = percentiles([ms for at, ms in acks.report if at < alone_to])
+        result["ack_loaded_ms"] = percentiles(
+            [ms for at, ms in acks.report if loaded_from <= at <= loaded_to]
+        )
     if idle is not None:
         result["idle_cpu"] = idle
     return result
@@ -270,6 +322,7 @@ def table(results: dict[str, Any]) -> str:
     pcts = ("p50", "p95", "p99")
     for both in results["rates"].values():
         ours, floor, state_first = both["banditflow"], both["floor"], both["state_first"]
+        probed = both["broker_ack"]
         achieved = statistics.median(run["achieved_rate"] for run in ours)
         rate = f"{achieved:,.0f}/s"
         rows = [
@@ -292,6 +345,10 @@ def table(results: dict[str, Any]) -> str:
              [median_of(state_first, "process_ms", p) for p in pcts]),
             ("inside the floor: fetch -> output acknowledged (ms)",
              [median_of(floor, "process_ms", p) for p in pcts]),
+            ("the broker's answer to a lone produce request, idle (ms)",
+             [median_of(probed, "ack_idle_ms", p) for p in pcts]),
+            (f"the same, {PROBE_RATE:.0f} a second beside the floor's load (ms)",
+             [median_of(probed, "ack_loaded_ms", p) for p in pcts]),
             ("a commit: cut -> its decisions acknowledged (ms, buckets)",
              [median_of(ours, "commit_ms", p) for p in pcts]),
             *[(f"- a commit's {stage} (ms, buckets)",
@@ -330,7 +387,7 @@ def run_benchmark(
     async def measure() -> None:
         for rate in rates:
             both: dict[str, list[dict[str, Any]]] = {
-                "banditflow": [], "floor": [], "state_first": []
+                "banditflow": [], "floor": [], "state_first": [], "broker_ack": []
             }
             results["rates"][f"{rate:.0f}"] = both
             for r in range(rounds):
@@ -339,9 +396,11 @@ def run_benchmark(
                 both["banditflow"].append(
                     await measure_banditflow(logs, rate, seconds, worker_args)
                 )
+                both["broker_ack"].append(await measure_floor(logs, rate, seconds, probe=True))
                 print(f"{rate:.0f}/s round {r + 1}/{rounds}: floor {both['floor'][-1]}\n"
                       f"  state-first floor {both['state_first'][-1]}\n"
-                      f"  banditflow {both['banditflow'][-1]}", flush=True)
+                      f"  banditflow {both['banditflow'][-1]}\n"
+                      f"  broker's answers {both['broker_ack'][-1]}", flush=True)
 
     asyncio.run(measure())
     results["wall_s"] = time.monotonic() - started
