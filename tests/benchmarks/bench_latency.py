@@ -93,8 +93,9 @@ HERE = Path(__file__).resolve().parent
 RATES = (500.0, 2000.0)
 FLOOR_FETCH_WAIT_MS = 10
 IDLE_S = 10.0
-# produce_probe.py: requests a second (about a fifth of the load at 500/s: enough answers
-# for a p99 in 20 s, little beside the floor's), and its seconds alone on the fresh broker.
+# produce_probe.py: requests a second (a fifth of the contexts' rate at 500/s: enough
+# answers for a p99 in 20 s, little beside the floor's load), and its seconds alone on the
+# fresh broker.
 PROBE_RATE = 100.0
 PROBE_IDLE_S = 5.0
 IN_WORKER = "banditflow_decision_in_worker_seconds"
@@ -260,6 +261,8 @@ class Reporter:
             self.process.kill()
             out, _ = await asyncio.to_thread(self.process.communicate)
         if exc[0] is None:
+            if not out.strip():
+                raise AssertionError(f"{self.script} reported nothing (see {self.log})")
             self.report = json.loads(out)
 
 
