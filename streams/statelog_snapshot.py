@@ -1,9 +1,9 @@
 """The state log's snapshot policy: when a fuzzy snapshot starts, and which keys each commit
 writes whole for it (see "Bounded recovery" in streams/statelog.py).
 
-A snapshot starts once the log written since the last one is much larger than the state, or
-once the last one is old; it is then written in slices, one per commit, of the keys that
-existed when it began.
+A snapshot starts once a recovery would read, past the last snapshot's span, a log much
+larger than the state (and more than a minimum in all), or once the last one is old; it is
+then written in slices, one per commit, of the keys that existed when it began.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ from banditflow.streams.settings import WorkerSettings
 from banditflow.streams.statelog_reader import LogReader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from test_statelog import append, recover  # (the state log's test helpers)
+from test_statelog import append, live, recover  # (the state log's test helpers)
 
 DECISIONS = 20_000
 PER_COMMIT = (9, 60)
@@ -115,10 +115,7 @@ def measure(per_commit: int, decisions: int = DECISIONS) -> dict[str, Any]:
     assert entry.stats["decisions"] == decisions and entry.updates == decisions, entry.stats
     assert not task.dead_letters
     reader = recover(log)
-    assert {key: orjson.loads(value) for key, value in reader.values.items()} == {
-        key: orjson.loads(value) if isinstance(value, bytes) else value  # (settled: text)
-        for key in store.log_keys() if (value := store.value(key)) is not None
-    }
+    assert {key: orjson.loads(value) for key, value in reader.values.items()} == live(store)
     return {"cpu_ms_per_decision": cpu_s * 1000 / decisions, "cut_share": cut_s / cpu_s,
             "longest_cut_ms": longest_cut_s * 1000,
             "state_log_bytes_per_decision": state_bytes / decisions, "task": task, "log": log}
