@@ -27,7 +27,10 @@ rate (``RATES``) for ``seconds``, each decision answered with feedback as soon a
 read (producers with ``linger_ms=0``, the decisions read with ``fetch_max_wait_ms=10``).
 Reported, medians over ``rounds`` rounds of each run's p50 / p95 / p99:
 
-- the application's latency (decision received - context sent), banditflow and both floors;
+- the application's latency (decision received - context sent), banditflow and both floors,
+  and its two parts: up to the fetch that brought the context (the decision's
+  ``decided_at``, a floor output's ``fetched_at`` header), the broker's way to the consumer;
+  and from that fetch, the process and the way back to the application;
 - inside the process, from the fetch that brought a context to its decision's (output's)
   publication acknowledged: the worker's ``banditflow_decision_in_worker_seconds``
   (interpolated in its buckets), of which ``banditflow_decision_queued_seconds`` waiting for
@@ -108,9 +111,10 @@ async def drive(
     on_done: Callable[[], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
     """Contexts of one learner at ``rate`` for ``seconds``, feedback for each decision as
-    soon as it is read; the application's latency of every decision, and the CPU time per
-    decision of process ``pid`` (the one deciding) from the first context to the last
-    decision read."""
+    soon as it is read; the application's latency of every decision (and its two parts,
+    before and after the fetch that brought the context, by the decision's ``decided_at``),
+    and the CPU time per decision of process ``pid`` (the one deciding) from the first
+    context to the last decision read."""
     total = int(rate * seconds)
     contexts, truth = conformal_contexts(["lat"], 0, total, seed=7)
     answer = conformal_answer(truth)
@@ -118,11 +122,18 @@ async def drive(
     await contexts_client.start()
     await feedback_client.start()
     app_ms: list[float] = []
+    # the application's latency, split where the context was fetched (the decision's
+    # decided_at, a floor's fetched_at header): before, the broker's way to the consumer;
+    # after, the process and the way back to the application
+    to_fetch_ms: list[float] = []
+    from_fetch_ms: list[float] = []
     sent_at: dict[str, float] = {}
 
     async def on_decision(decision: dict[str, Any], received: float) -> None:
         eid = decision["event_id"]
         app_ms.append((received - sent_at[eid]) * 1000)
+        to_fetch_ms.append((decision["decided_at"] - sent_at[eid]) * 1000)
+        from_fetch_ms.append((received - decision["decided_at"]) * 1000)
         await feedback_client.send(
             topics.feedback, answer("lat", eid, decision.get("output")), key=b"lat"
         )
@@ -149,6 +160,7 @@ async def drive(
         await contexts_client.stop()
         await feedback_client.stop()
     return {"contexts": total, "achieved_rate": total / sending, "app_ms": percentiles(app_ms),
+            "to_fetch_ms": percentiles(to_fetch_ms), "from_fetch_ms": percentiles(from_fetch_ms),
             "cpu_ms_per_decision": cpu_ms}
 
 
@@ -340,6 +352,11 @@ def table(results: dict[str, Any]) -> str:
             ("difference, banditflow - state-first floor (ms)",
              [median_of(ours, "app_ms", p) - median_of(state_first, "app_ms", p)
               for p in pcts]),
+            *[(f"- {name}: {part} (ms)", [median_of(runs, key, p) for p in pcts])
+              for part, key in (("context sent -> fetched", "to_fetch_ms"),
+                                ("fetched -> decision received", "from_fetch_ms"))
+              for name, runs in (("banditflow", ours), ("floor", floor),
+                                 ("state-first floor", state_first))],
             ("inside the worker: fetch -> decision acknowledged (ms, buckets)",
              [median_of(ours, "worker_ms", p) for p in pcts]),
             ("- of which queued for its commit (ms, buckets)",

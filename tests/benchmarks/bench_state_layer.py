@@ -68,6 +68,7 @@ import numpy as np
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from noop_roundtrip import FETCHED_AT
 
 from banditflow.processors import PartitionStore, Processor, Source, StreamTimes
 from banditflow.streams.broker import EmbeddedBroker, free_port
@@ -221,7 +222,9 @@ async def produce(
 class Reader:
     """Reads a topic of this run from its beginning in the background (fetch_max_wait_ms=10:
     Tansu answers an empty fetch only when the wait ends). Keeps the first record of every
-    (learner id, event id) and counts all records; warm-up records are left out."""
+    (learner id, event id) and counts all records; warm-up records are left out. A floor's
+    output (noop_roundtrip.py) says when its context was fetched in a header: it is read as
+    the ``decided_at`` of a decision."""
 
     def __init__(
         self, bootstrap: str, topic: str,
@@ -270,6 +273,9 @@ class Reader:
                     self.records += 1
                     self.last_record = mono
                     body = json.loads(record.value)
+                    for name, stamp in record.headers:
+                        if name == FETCHED_AT:
+                            body.setdefault("decided_at", float(stamp))
                     key = f"{body['learner_id']}/{body['event_id']}"
                     if key not in self.seen:
                         self.seen.add(key)

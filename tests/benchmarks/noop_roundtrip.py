@@ -12,10 +12,12 @@ the output topic (feedback is read and dropped): no learner, no state of its own
   streams/committer.py: one state write in flight at a time, and the next one goes out with
   the outputs of the one before, in one produce request.
 
-On SIGTERM it prints, as one JSON list, its own latency per context (ms, from the fetch that
-brought it to its output acknowledged: what the worker's
-``banditflow_decision_in_worker_seconds`` measures). Configured by environment variables
-(bench_latency.py sets them and starts it as a subprocess, as it starts a worker):
+Each output carries the wall time of the fetch that brought its context (header
+``fetched_at``), as a decision carries ``decided_at``. On SIGTERM it prints, as one JSON
+list, its own latency per context (ms, from the fetch that brought it to its output
+acknowledged: what the worker's ``banditflow_decision_in_worker_seconds`` measures).
+Configured by environment variables (bench_latency.py sets them and starts it as a
+subprocess, as it starts a worker):
 
     NOOP_BOOTSTRAP      broker, host:port
     NOOP_CONTEXTS       the topic whose records are re-published
@@ -39,20 +41,27 @@ from collections import defaultdict
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
+# The header of each output that says when its context was fetched (time.time(), as text): the
+# worker's decisions say it in ``decided_at``, so the application tells the time before the
+# fetch from the time after it for the floors as for the worker (bench_latency.py).
+FETCHED_AT = "fetched_at"
+
 
 class Republisher:
     """Re-publishes fetched contexts (plain, or state first) and keeps each one's latency."""
 
     def __init__(self, producer: AIOKafkaProducer, output: str, state_topic: str | None) -> None:
         self.producer, self.output, self.state_topic = producer, output, state_topic
-        # (when fetched, record), not written yet
-        self.fetched: list[tuple[float, ConsumerRecord[bytes, bytes]]] = []
+        # (when fetched: time.monotonic(), its header FETCHED_AT, record), not written yet
+        self.fetched: list[tuple[float, bytes, ConsumerRecord[bytes, bytes]]] = []
         self.wanted = asyncio.Event()
         self.latencies_ms: list[float] = []
         self.failure: BaseException | None = None  # an output the broker did not take
 
-    def add(self, fetched_at: float, records: list[ConsumerRecord[bytes, bytes]]) -> None:
-        self.fetched.extend((fetched_at, record) for record in records)
+    def add(self, fetched_at: float, wall: float, records: list[ConsumerRecord[bytes, bytes]]
+            ) -> None:
+        stamp = repr(wall).encode()
+        self.fetched.extend((fetched_at, stamp, record) for record in records)
         self.wanted.set()
 
     async def run(self) -> None:
@@ -65,7 +74,7 @@ class Republisher:
             batch, self.fetched = self.fetched, []
             if self.state_topic is not None:
                 states: dict[int, list[bytes]] = defaultdict(list)
-                for _, record in batch:
+                for _, _, record in batch:
                     states[record.partition].append(record.value)
                 sent = [await self.producer.send(self.state_topic, b"".join(values),
                                                  partition=partition)
@@ -74,10 +83,11 @@ class Republisher:
                     await ack
             acks = [
                 await self.producer.send(self.output, record.value, record.key,
-                                         partition=record.partition)
-                for _, record in batch
+                                         partition=record.partition,
+                                         headers=[(FETCHED_AT, stamp)])
+                for _, stamp, record in batch
             ]
-            fetched_at = [at for at, _ in batch]
+            fetched_at = [at for at, _, _ in batch]
             asyncio.gather(*acks).add_done_callback(
                 lambda done, fetched_at=fetched_at: self._acknowledged(done, fetched_at)
             )
@@ -117,10 +127,10 @@ async def main() -> None:
             if writing.done():
                 writing.result()  # (raises what stopped it)
             fetched = await consumer.getmany(timeout_ms=100)
-            now = time.monotonic()
+            now, wall = time.monotonic(), time.time()
             for tp, records in fetched.items():
                 if tp.topic == contexts:
-                    republisher.add(now, records)
+                    republisher.add(now, wall, records)
     finally:
         writing.cancel()
         with contextlib.suppress(asyncio.CancelledError):
