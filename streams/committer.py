@@ -14,14 +14,16 @@ this order:
 3. **offsets**: the group is told how far each partition got (lag monitoring only).
 
 **Pipelined.** A commit's outputs are sent as soon as its state is acknowledged, and the
-next commit's state goes in the same produce request: :meth:`Committer.commit` sends the
-outputs of the commit written before (when a send failed), then the state of the next one,
-and only then waits, for both. So back-to-back commits cost one broker round trip each, not
-two, and a decision waits for a round trip less behind the commit in flight (issue 26: the
-producer sends one request per broker at a time, so what is enqueued while one is out waits
-for its answer). The state record of a commit cut while the outputs of the task's previous
-one are not acknowledged says so (``republish_previous``): a recovery publishes the outputs
-of both again.
+next commit's state goes out with them, or beside them if they already left:
+:meth:`Committer.commit` sends the outputs of the commit written before (when a send
+failed), then the state of the next one, and only then waits, for both. So back-to-back
+commits cost one broker round trip each, not two, and a decision does not wait behind the
+outputs in flight (the worker's producer, streams/producer.py, sends the records of one turn
+of the event loop as one request, without waiting for the requests in flight). A partition's
+records are never in two requests at once: a commit's outputs go out once the outputs before
+them are acknowledged, and its state once the state before it is. The state record of a
+commit cut while the outputs of the task's previous one are not acknowledged says so
+(``republish_previous``): a recovery publishes the outputs of both again.
 
 Dead letters are thus written (in the state record) before the state is acknowledged and
 published after it, with the decisions: a fenced former owner's never go out. A commit that
@@ -65,9 +67,10 @@ class Ack(Protocol):
 
 
 class Producer(Protocol):
-    """What the committer needs of a producer (``AIOKafkaProducer`` is one): ``send``
-    enqueues a record and returns, once enqueued, the awaitable of its acknowledgement, so
-    that a commit enqueues all its records before waiting for any ack (one request)."""
+    """What the committer needs of a producer (streams/producer.py's, or aiokafka's):
+    ``send`` enqueues a record and returns, once enqueued, the awaitable of its
+    acknowledgement, so that a commit enqueues all its records before waiting for any ack
+    (one request)."""
 
     async def send(
         self, topic: str, value: bytes, key: bytes | None = None, partition: int | None = None
