@@ -33,18 +33,15 @@ decision 0.49 ms against 0.53 (lower in 5 of 6 pairs), its state and decisions' 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import aiokafka.errors as errors
 from aiokafka import TopicPartition
 from aiokafka.client import AIOKafkaClient
 from aiokafka.protocol.produce import ProduceRequest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
-
-log = logging.getLogger("banditflow.worker")
 
 ACKS_ALL = -1
 # A record batch's size, beyond its first record: below the 1 MB a broker takes by default
@@ -157,17 +154,20 @@ class PipelinedProducer:
         request = ProduceRequest(None, ACKS_ALL, self.request_timeout_ms, list(topics.items()))
         self.requests_sent += 1
         try:
-            response = await self.client.send(leader, request)
-        except (errors.KafkaError, OSError) as exc:
-            if getattr(exc, "invalid_metadata", False):
-                self.client.force_metadata_update()
-            for _, _, records in batches:
-                _fail(records, exc)
-            return
+            self._answered(batches, await self.client.send(leader, request))
         except asyncio.CancelledError:  # (the producer stops: nobody waits in vain)
             for _, _, records in batches:
                 _fail(records, errors.KafkaConnectionError("the producer stopped"))
             raise
+        except Exception as exc:  # a broker or connection error, or a bug: never left waiting
+            if getattr(exc, "invalid_metadata", False):
+                self.client.force_metadata_update()
+            for _, _, records in batches:
+                _fail(records, exc)
+
+    def _answered(self, batches: list[tuple[TopicPartition, bytes, _Filed]], response: Any
+                  ) -> None:
+        """Settle each partition's records by the broker's answer for it."""
         answers = {
             (topic, answer[0]): (answer[1], answer[2])
             for topic, partitions in response.topics for answer in partitions
