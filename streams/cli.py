@@ -13,6 +13,7 @@ banditflow supports).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import sys
@@ -116,6 +117,15 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
         "elsewhere, where a fetch returns as soon as records arrive)",
     )
     parser.add_argument(
+        "--feedback-fetch-interval-ms",
+        type=non_negative_ms,
+        default=defaults.feedback_fetch_interval_s * 1000.0,
+        help="how long, at most, the feedback and truth partitions are paused once caught up "
+        "(shorter where records come fast): no decision waits for them, and fetching them "
+        "with every fetch of the contexts slows the contexts' fetches; a partition with "
+        "records unread is fetched every time; 0: every time (default: %(default)s)",
+    )
+    parser.add_argument(
         "--event-loop",
         choices=EVENT_LOOPS,
         default=defaults.event_loop,
@@ -198,6 +208,17 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def non_negative_ms(text: str) -> float:
+    """An argument in milliseconds: a finite number, 0 or more."""
+    try:
+        ms = float(text)
+    except ValueError:
+        ms = math.nan
+    if not math.isfinite(ms) or ms < 0:
+        raise argparse.ArgumentTypeError(f"expected milliseconds, 0 or more: {text!r}")
+    return ms
+
+
 # The worker's input fetch wait per broker. The embedded broker (Tansu) holds a fetch that
 # found nothing for its whole wait, even when records arrive meanwhile: the wait adds up to
 # itself to a decision's latency, and a fetch lists every batch of its partition, so too
@@ -240,6 +261,7 @@ def worker_settings(args: argparse.Namespace):  # -> WorkerSettings
         commit_interval_s=args.commit_interval_ms / 1000.0,
         max_batch_events=args.max_batch,
         fetch_wait_ms=fetch_wait,
+        feedback_fetch_interval_s=args.feedback_fetch_interval_ms / 1000.0,
         event_loop=args.event_loop,
         retention_s=args.retention,
         max_exported_learners=args.max_exported_learners,

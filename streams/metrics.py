@@ -216,6 +216,13 @@ class PrometheusSink(Sink):
             "banditflow_commits", "Commits written to the state log, per partition",
             ("partition",), registry=r,
         )
+        self.input_fetches = PromCounter(
+            "banditflow_input_fetches",
+            "Fetch answers of the worker's input consumer, per stream, counted once per "
+            "partition in the answer: how often each stream is fetched (feedback and truth "
+            "only every --feedback-fetch-interval-ms once caught up)",
+            ("stream",), registry=r,
+        )
         self.state_keys = Gauge(
             "banditflow_state_keys",
             "Keys in a partition's state (learners twice, decisions kept, holds): what a "
@@ -245,6 +252,7 @@ class PrometheusSink(Sink):
         self._ope_policies: dict[str, set[str]] = {}
         self._records: Counter[tuple[str, str]] = Counter()
         self._dead_letters: Counter[str] = Counter()
+        self._fetches: Counter[str] = Counter()
         self._latencies: list[float] = []
         self._in_worker: list[float] = []
         self._queued: list[float] = []
@@ -259,6 +267,10 @@ class PrometheusSink(Sink):
         """One dead letter published with ``reason`` (the worker's own observation: a
         fenced commit's dead letters are never published, nor counted)."""
         self._dead_letters[reason] += 1
+
+    def fetched(self, stream: str) -> None:
+        """A fetch answer brought (or said nothing is new in) a partition of ``stream``."""
+        self._fetches[stream] += 1
 
     def published(
         self, latencies_s: list[float], in_worker_s: list[float], queued_s: list[float]
@@ -286,6 +298,8 @@ class PrometheusSink(Sink):
             self.records.labels(topic, outcome).inc(count)
         for reason, count in self._dead_letters.items():
             self.dead_letters.labels(reason).inc(count)
+        for stream, count in self._fetches.items():
+            self.input_fetches.labels(stream).inc(count)
         for value in self._latencies:
             self.decision_latency.observe(value)
         for value in self._in_worker:
@@ -296,6 +310,7 @@ class PrometheusSink(Sink):
             self.feedback_delay.observe(value)
         self._records.clear()
         self._dead_letters.clear()
+        self._fetches.clear()
         self._latencies.clear()
         self._in_worker.clear()
         self._queued.clear()

@@ -42,6 +42,9 @@ class WorkerSettings:
     # when this ends, even if records arrive meanwhile, so it adds to the input's latency
     # (the CLI's default is per broker: streams/cli.py, EMBEDDED_FETCH_WAIT_MS).
     fetch_wait_ms: int = 500
+    # How long, at most, the feedback and truth partitions are paused once caught up (no
+    # decision waits for them; streams/fetch_wait.py: FetchPacing); 0: fetched every time.
+    feedback_fetch_interval_s: float = 0.2
     # A caught-up stream's clock follows the wall clock, this far behind (records a
     # producer has stamped but not yet delivered must not be overtaken).
     idle_lag_s: float = 1.0

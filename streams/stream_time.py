@@ -57,8 +57,12 @@ class FetchAnswers:
     # ``age_s``, streams/offset_gaps.py's SETTLE_S: at most 4 answers per partition).
     KEEP_EVERY_S = 0.125
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.time,
+        on_answer: Callable[[TopicPartition], None] | None = None,
+    ) -> None:
         self.clock = clock
+        self.on_answer = on_answer  # called for each partition an answer brought
         self.answers: dict[TopicPartition, FetchAnswer] = {}
         # Per partition, a few (processed at, high watermark) of past answers, oldest first.
         self.kept: dict[TopicPartition, list[tuple[float, int]]] = {}
@@ -100,6 +104,8 @@ class FetchAnswers:
                     continue
                 if state.timestamp >= asked_ms:
                     self.answers[tp] = FetchAnswer(state.highwater, asked_at)
+                    if self.on_answer is not None:
+                        self.on_answer(tp)
                     kept = self.kept.setdefault(tp, [])
                     if not kept or processed_at - kept[-1][0] >= self.KEEP_EVERY_S:
                         kept.append((processed_at, state.highwater))

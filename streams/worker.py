@@ -56,7 +56,12 @@ from banditflow.learners.base import LearnerError
 from banditflow.learners.registry import algorithms, families
 from banditflow.streams.committer import Committer
 from banditflow.streams.connection import diagnose
-from banditflow.streams.fetch_wait import FetchWait, adapt_fetch_wait
+from banditflow.streams.fetch_wait import (
+    PACED_STREAMS,
+    FetchPacing,
+    FetchWait,
+    adapt_fetch_wait,
+)
 from banditflow.streams.group import (
     HEARTBEAT_MS,
     GroupOffsets,
@@ -150,6 +155,9 @@ class Worker:
         self._owned_before: frozenset[int] = frozenset()  # for the rebalance line
         self._waiting_events = 0
         self.fetch_wait = FetchWait(settings.fetch_wait_ms)
+        self.fetch_pacing = FetchPacing(settings.feedback_fetch_interval_s)
+        self.paced_streams = [(t, s) for t, s in self.streams.items() if s in PACED_STREAMS]
+        self._paused_until: dict[TopicPartition, float] = {}  # (the event loop's time)
         self.consumer: AIOKafkaConsumer
         self.producer: PipelinedProducer
         self.reader: AIOKafkaConsumer
@@ -230,7 +238,9 @@ class Worker:
         await self.fence_reader.start()
         await evict_predecessors(s.kafka, s.app_id, self.client_id)
         await self.consumer.start()
-        self.fetch_answers = answers = FetchAnswers().install(self.consumer)
+        self.fetch_answers = answers = FetchAnswers(
+            on_answer=lambda tp: self.sink.fetched(self.streams[tp.topic])
+        ).install(self.consumer)
         self.offset_gaps = OffsetGaps(
             lambda tp, now: answers.settled_highwater(tp, now, SETTLE_S),
             lambda outcome: self.sink.offset_gaps.labels(outcome).inc(),
@@ -327,6 +337,7 @@ class Worker:
             fetched = await consumer.getmany(timeout_ms=100)
             if not fetched:
                 self._adapt_fetch_wait(records=0)
+                self._pace_inputs()
                 continue
             self.broker_heard = time.monotonic()
             self.wall = wall = time.time()
@@ -353,6 +364,7 @@ class Worker:
             if self._waiting_events >= self.settings.max_batch_events:
                 self._commit_wanted.set()
             self._adapt_fetch_wait(records=handled)
+            self._pace_inputs()
             # getmany returns records it holds without yielding to the event loop: in a
             # backlog this loop would otherwise handle poll after poll before the commit loop
             # or the fetcher got a turn (see POLL_RECORDS). With polls of --max-batch, under a
@@ -377,27 +389,62 @@ class Worker:
         return admitted
 
     def _fetch_again(self, tp: TopicPartition, held: HeldBack, task: PartitionTask) -> None:
-        """Fetch ``tp`` again from ``held.offset``: at once, or after ``held.wait_s`` (paused
-        meanwhile, unless the partition changed hands by then)."""
+        """Fetch ``tp`` again from ``held.offset``: at once, or after ``held.wait_s``."""
         self.consumer.seek(tp, held.offset)
-        if held.wait_s <= 0:
+        if held.wait_s > 0:
+            self._pause_input(tp, task, held.wait_s)
+
+    def _pace_inputs(self) -> None:
+        """Pause the caught-up partitions of the streams no decision waits for (FetchPacing)."""
+        now, answers, pacing = time.time(), self.fetch_answers, self.fetch_pacing
+        for task in self.ownership.tasks.values():
+            if not task.active:
+                continue
+            for topic, stream in self.paced_streams:
+                tp = TopicPartition(topic, task.number)
+                if tp in self._paused_until:
+                    continue
+                position = task.marks.get(stream, 0)
+                pause = pacing.pause_for(tp, now, answers.asked_at(tp),
+                                         answers.unread(tp, position), position)
+                if pause is not None:
+                    self._pause_input(tp, task, pause)
+
+    def _pause_input(self, tp: TopicPartition, task: PartitionTask, seconds: float) -> None:
+        """Fetch nothing of ``tp`` for ``seconds`` (or as long as it is paused already, if
+        longer), then resume it, unless the partition changed hands by then."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + seconds
+        if self._paused_until.get(tp, 0.0) >= until:
             return
+        self._paused_until[tp] = until
         self.consumer.pause(tp)
         generation = self.ownership.generation
 
         def resume() -> None:
+            if self._paused_until.get(tp) != until:
+                return  # (paused since for longer)
+            del self._paused_until[tp]
             if self.ownership.generation == generation and (
                 self.ownership.tasks.get(task.number) is task and task.active
             ):
                 self.consumer.resume(tp)
+                self.fetch_pacing.resumed(tp, time.time())
 
-        asyncio.get_running_loop().call_later(held.wait_s, resume)
+        loop.call_later(seconds, resume)
 
     def _adapt_fetch_wait(self, records: int) -> None:
-        """After a poll and the records it brought: the fetch wait for what is unread now."""
+        """After a poll and the records it brought: the fetch wait for what is unread now in
+        the partitions fetched. Not in a paused one: it is read once resumed, and the answer
+        of a fetch in flight as it was paused can show records it then drops; counted, they
+        raised the wait while the contexts flowed (to 40 ms, in 1 of 3 rounds at 500/s, with
+        feedback paced)."""
+        answers = self.fetch_answers
         behind = any(
-            None in self._caught_up(task).values()
+            answers.caught_up_at(tp, task.marks.get(stream, 0)) is None
             for task in self.ownership.tasks.values() if task.active
+            for topic, stream in self.streams.items()
+            if (tp := TopicPartition(topic, task.number)) not in self._paused_until
         )
         adapt_fetch_wait(self.consumer, self.fetch_wait, records, behind, reader="worker")
 

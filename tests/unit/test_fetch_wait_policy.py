@@ -1,8 +1,12 @@
-"""The fetch wait adapts to a broker that answers short fetches with nothing."""
+"""The fetch wait adapts to a broker that answers short fetches with nothing; the inputs no
+decision waits for are fetched at their own pace once caught up."""
 
 from __future__ import annotations
 
-from banditflow.streams.fetch_wait import FetchWait
+import pytest
+from aiokafka import TopicPartition
+
+from banditflow.streams.fetch_wait import FetchPacing, FetchWait
 
 # (1 ms past each interval: now - changed for times this far apart is not exact in floats)
 EPS = 0.001
@@ -174,3 +178,44 @@ def test_a_probe_that_held_down_to_the_configured_wait_leaves_probes_soon() -> N
     assert wait.probe_s == FetchWait.PROBE_MIN_S
     t = wait.changed
     assert wait.fetched(t + FetchWait.PROBE_MIN_S + EPS, records=5, behind=False) == 20
+
+
+def test_pacing_pauses_a_partition_once_an_answer_since_its_resumption_shows_it_caught_up(
+) -> None:
+    pacing, tp = FetchPacing(0.2), TopicPartition("p.feedback", 0)
+    # first seen at 10.0: an answer asked before then says nothing about it now
+    assert pacing.pause_for(tp, 10.0, asked_at=9.9, unread=0, position=0) is None
+    assert pacing.pause_for(tp, 10.1, asked_at=10.05, unread=3, position=0) is None
+    assert pacing.pause_for(tp, 10.2, asked_at=10.15, unread=0, position=3) == 0.2
+    pacing.resumed(tp, 10.4)
+    assert pacing.pause_for(tp, 10.41, asked_at=10.15, unread=0, position=3) is None
+    assert pacing.pause_for(tp, 10.45, asked_at=10.42, unread=0, position=5) == 0.2
+
+
+def test_pacing_pauses_shorter_where_records_come_fast_and_not_at_all_when_too_fast() -> None:
+    pacing, tp = FetchPacing(0.2), TopicPartition("p.feedback", 0)
+    burst = FetchPacing.BURST_RECORDS
+    pacing.pause_for(tp, 1.0, None, 0, position=0)
+    # 750 records/s over a pause of 200 ms: what brings BURST_RECORDS at that rate
+    assert pacing.pause_for(tp, 1.2, asked_at=1.1, unread=0, position=150) == (
+        pytest.approx(burst / 750)
+    )
+    pacing.resumed(tp, 1.4)
+    # 2,000/s since (800 in 400 ms): a pause would be 50 ms, under MIN_PAUSE_S: none
+    assert pacing.pause_for(tp, 1.6, asked_at=1.5, unread=0, position=950) is None
+    # ... and a few slow polls do not change that at once (a moving average)
+    assert pacing.pause_for(tp, 1.605, asked_at=1.601, unread=0, position=951) is None
+    # records stop: the pause grows back to interval_s
+    assert pacing.pause_for(tp, 2.6, asked_at=2.5, unread=0, position=951) == 0.2
+
+
+def test_pacing_is_per_partition_and_off_at_interval_0() -> None:
+    pacing = FetchPacing(0.2)
+    a, b = TopicPartition("p.feedback", 0), TopicPartition("p.feedback", 1)
+    pacing.pause_for(a, 1.0, None, 0, 0)
+    pacing.pause_for(b, 5.0, None, 0, 0)
+    assert pacing.pause_for(a, 2.0, asked_at=2.0, unread=0, position=0) == 0.2
+    assert pacing.pause_for(b, 2.0, asked_at=2.0, unread=0, position=0) is None  # since 5.0
+    off = FetchPacing(0.0)
+    assert off.pause_for(a, 1.0, None, 0, 0) is None
+    assert off.pause_for(a, 2.0, asked_at=2.0, unread=0, position=0) is None
