@@ -9,11 +9,14 @@ consumer re-publishing each context (no learner, no state of its own), either
   adds), or
 - once a state record of what it fetched is acknowledged: the **state-first floor**, the
   least any design adds that publishes a decision only after its state is durable, as the
-  worker's commits do (streams/committer.py; pipelined the same way).
+  worker's commits do (streams/committer.py; pipelined the same way);
+- at once, with its feedback fetched as the worker fetches it (paced once caught up,
+  ``--feedback-fetch-interval-ms``): the **paced floor**, the floor of a design that, as the
+  worker, does not fetch the feedback with every fetch of the contexts.
 
-Tansu slows as batches accumulate, so every measurement gets a fresh broker; the floor, the
-state-first floor and banditflow alternate so that all meet the same machine load, and the
-table reports each and banditflow's differences to both.
+Tansu slows as batches accumulate, so every measurement gets a fresh broker; the floors and
+banditflow alternate so that all meet the same machine load, and the table reports each and
+banditflow's differences to each.
 
 And the broker's own answer, the least any design's produce waits for: ``produce_probe.py``
 sending one record per request (through aiokafka's client directly, one request at a time,
@@ -90,11 +93,14 @@ from bench_state_layer import (
 from banditflow.streams.broker import EmbeddedBroker, free_port
 from banditflow.streams.metrics import COMMIT_STAGES
 from banditflow.streams.scrape import value
+from banditflow.streams.settings import WorkerSettings
 from banditflow.streams.topics import Topics, ensure_topics, partition_for, state_topic
 
 HERE = Path(__file__).resolve().parent
 RATES = (500.0, 2000.0)
 FLOOR_FETCH_WAIT_MS = 10
+# The paced floor's feedback interval: the worker's default.
+FEEDBACK_INTERVAL_S = WorkerSettings().feedback_fetch_interval_s
 IDLE_S = 10.0
 # produce_probe.py: requests a second (a fifth of the contexts' rate at 500/s: enough
 # answers for a p99 in 20 s, little beside the floor's load), and its seconds alone on the
@@ -279,13 +285,15 @@ class Reporter:
 
 
 async def measure_floor(
-    logs: Path, rate: float, seconds: float, state_first: bool = False, probe: bool = False
+    logs: Path, rate: float, seconds: float, state_first: bool = False, probe: bool = False,
+    paced: bool = False,
 ) -> dict[str, Any]:
     """The no-op round trip at ``rate`` (``state_first``: writing a state record before it
-    re-publishes, see noop_roundtrip.py); with its own latency per context, fetch -> output
-    acknowledged (``process_ms``). ``probe``: with produce_probe.py timing the broker's
-    acknowledgements, alone for ``PROBE_IDLE_S`` first (``ack_idle_ms``), then beside the
-    load (``ack_loaded_ms``); the idle CPU is measured on the plain floor only."""
+    re-publishes; ``paced``: its feedback fetched as the worker's; see noop_roundtrip.py);
+    with its own latency per context, fetch -> output acknowledged (``process_ms``).
+    ``probe``: with produce_probe.py timing the broker's acknowledgements, alone for
+    ``PROBE_IDLE_S`` first (``ack_idle_ms``), then beside the load (``ack_loaded_ms``); the
+    idle CPU is measured on the plain floor only."""
     assert not (probe and state_first), "the probe writes where the state-first floor does"
     with EmbeddedBroker(port=free_port(), log_path=logs / "broker.log") as broker:
         topics = Topics(f"floor-{os.getpid()}-{time.monotonic_ns()}")
@@ -297,6 +305,8 @@ async def measure_floor(
         }
         if state_first:
             env["NOOP_STATE_TOPIC"] = state_topic("floor")
+        if paced:
+            env["NOOP_FEEDBACK_INTERVAL_MS"] = str(FEEDBACK_INTERVAL_S * 1000)
         idle: float | None = None
         async with contextlib.AsyncExitStack() as stack:
             if probe:
@@ -308,8 +318,8 @@ async def measure_floor(
                 await asyncio.sleep(PROBE_IDLE_S)
                 alone_to = time.monotonic()
             async with Reporter("noop_roundtrip.py", env, logs / "floor.log") as floor:
-                # (the state-first floor idles as the floor does)
-                if not (state_first or probe):
+                # (the state-first and paced floors idle as the floor does)
+                if not (state_first or probe or paced):
                     idle = await idle_cpu(floor.process.pid, IDLE_S)
                 loaded_from = time.monotonic()
                 result = await drive(broker.bootstrap, topics, rate, seconds, floor.process.pid)
@@ -337,6 +347,7 @@ def table(results: dict[str, Any]) -> str:
     pcts = ("p50", "p95", "p99")
     for both in results["rates"].values():
         ours, floor, state_first = both["banditflow"], both["floor"], both["state_first"]
+        paced = both["paced_floor"]
         probed = both["broker_ack"]
         achieved = statistics.median(run["achieved_rate"] for run in ours)
         rate = f"{achieved:,.0f}/s"
@@ -347,6 +358,10 @@ def table(results: dict[str, Any]) -> str:
              [median_of(floor, "app_ms", p) for p in pcts]),
             ("difference, banditflow - floor (ms)",
              [median_of(ours, "app_ms", p) - median_of(floor, "app_ms", p) for p in pcts]),
+            ("paced floor: the floor fetching its feedback as the worker does (ms)",
+             [median_of(paced, "app_ms", p) for p in pcts]),
+            ("difference, banditflow - paced floor (ms)",
+             [median_of(ours, "app_ms", p) - median_of(paced, "app_ms", p) for p in pcts]),
             ("state-first floor: the no-op writing state before it publishes (ms)",
              [median_of(state_first, "app_ms", p) for p in pcts]),
             ("difference, banditflow - state-first floor (ms)",
@@ -407,17 +422,20 @@ def run_benchmark(
     async def measure() -> None:
         for rate in rates:
             both: dict[str, list[dict[str, Any]]] = {
-                "banditflow": [], "floor": [], "state_first": [], "broker_ack": []
+                "banditflow": [], "floor": [], "paced_floor": [], "state_first": [],
+                "broker_ack": []
             }
             results["rates"][f"{rate:.0f}"] = both
             for r in range(rounds):
                 both["floor"].append(await measure_floor(logs, rate, seconds))
+                both["paced_floor"].append(await measure_floor(logs, rate, seconds, paced=True))
                 both["state_first"].append(await measure_floor(logs, rate, seconds, True))
                 both["banditflow"].append(
                     await measure_banditflow(logs, rate, seconds, worker_args)
                 )
                 both["broker_ack"].append(await measure_floor(logs, rate, seconds, probe=True))
                 print(f"{rate:.0f}/s round {r + 1}/{rounds}: floor {both['floor'][-1]}\n"
+                      f"  paced floor {both['paced_floor'][-1]}\n"
                       f"  state-first floor {both['state_first'][-1]}\n"
                       f"  banditflow {both['banditflow'][-1]}\n"
                       f"  broker's answers {both['broker_ack'][-1]}", flush=True)

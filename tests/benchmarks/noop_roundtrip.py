@@ -12,6 +12,10 @@ the output topic (feedback is read and dropped): no learner, no state of its own
   streams/committer.py: one state write in flight at a time, and the next one goes out with
   the outputs of the one before, in one produce request.
 
+Either with its **feedback paced** (``NOOP_FEEDBACK_INTERVAL_MS`` set): the feedback
+partitions fetched as the worker fetches them (``--feedback-fetch-interval-ms``,
+streams/fetch_wait.py's FetchPacing), paused that long once an answer shows them caught up.
+
 Each output carries the wall time of the fetch that brought its context (header
 ``fetched_at``), as a decision carries ``decided_at``. On SIGTERM it prints, as one JSON
 list, its own latency per context (ms, from the fetch that brought it to its output
@@ -25,6 +29,7 @@ subprocess, as it starts a worker):
     NOOP_OUTPUT         output topic
     NOOP_FETCH_WAIT_MS  the consumer's fetch_max_wait_ms
     NOOP_STATE_TOPIC    (optional) the state first mode's state topic
+    NOOP_FEEDBACK_INTERVAL_MS  (optional) the feedback's pace, as the worker's
 
 Run: ``python tests/benchmarks/noop_roundtrip.py``; it prints "ready" once it reads.
 """
@@ -40,6 +45,8 @@ import time
 from collections import defaultdict
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+
+from banditflow.streams.fetch_wait import FetchPacing
 
 # The header of each output that says when its context was fetched (time.time(), as text): the
 # worker's decisions say it in ``decided_at``, so the application tells the time before the
@@ -100,6 +107,41 @@ class Republisher:
         self.latencies_ms.extend((now - at) * 1000 for at in fetched_at)
 
 
+class PacedFeedback:
+    """Pauses the feedback partitions as the worker does (FetchPacing), once an answer since
+    they were resumed shows nothing unread."""
+
+    def __init__(self, consumer: AIOKafkaConsumer, tps: list[TopicPartition], interval_s: float
+                 ) -> None:
+        self.consumer, self.tps, self.pacing = consumer, tps, FetchPacing(interval_s)
+        self.read_to = dict.fromkeys(tps, 0)
+        self.paused: set[TopicPartition] = set()
+
+    def polled(self, fetched: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]) -> None:
+        for tp, records in fetched.items():
+            if tp in self.read_to and records:
+                self.read_to[tp] = records[-1].offset + 1
+        now = time.time()
+        for tp in self.tps:
+            if tp in self.paused:
+                continue
+            # (a paused partition is in no fetch asked while it is paused: an answer processed
+            # since its resumption was asked since, as the worker's FetchAnswers dates it)
+            answered_ms = self.consumer.last_poll_timestamp(tp)
+            unread = max(0, (self.consumer.highwater(tp) or 0) - self.read_to[tp])
+            pause = self.pacing.pause_for(tp, now, answered_ms / 1000 if answered_ms else None,
+                                          unread, self.read_to[tp])
+            if pause is not None:
+                self.consumer.pause(tp)
+                self.paused.add(tp)
+                asyncio.get_running_loop().call_later(pause, self._resume, tp)
+
+    def _resume(self, tp: TopicPartition) -> None:
+        self.paused.discard(tp)
+        self.consumer.resume(tp)
+        self.pacing.resumed(tp, time.time())
+
+
 async def main() -> None:
     bootstrap = os.environ["NOOP_BOOTSTRAP"]
     contexts, feedback = os.environ["NOOP_CONTEXTS"], os.environ["NOOP_FEEDBACK"]
@@ -116,6 +158,9 @@ async def main() -> None:
         for topic in (contexts, feedback)
         for p in sorted(consumer.partitions_for_topic(topic) or ())
     ])
+    interval_ms = float(os.environ.get("NOOP_FEEDBACK_INTERVAL_MS", 0))
+    paced = PacedFeedback(consumer, [tp for tp in consumer.assignment() if tp.topic == feedback],
+                          interval_ms / 1000) if interval_ms else None
     republisher = Republisher(producer, os.environ["NOOP_OUTPUT"],
                               os.environ.get("NOOP_STATE_TOPIC"))
     writing = asyncio.ensure_future(republisher.run())
@@ -131,6 +176,8 @@ async def main() -> None:
             for tp, records in fetched.items():
                 if tp.topic == contexts:
                     republisher.add(now, wall, records)
+            if paced is not None:
+                paced.polled(fetched)
     finally:
         writing.cancel()
         with contextlib.suppress(asyncio.CancelledError):
