@@ -121,9 +121,11 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
         type=non_negative_ms,
         default=defaults.feedback_fetch_interval_s * 1000.0,
         help="how long, at most, the feedback and truth partitions are paused once caught up "
-        "(shorter where records come fast): no decision waits for them, and fetching them "
-        "with every fetch of the contexts slows the contexts' fetches; a partition with "
-        "records unread is fetched every time; 0: every time (default: %(default)s)",
+        "(shorter where records come fast, none past 1,000 a second): no decision waits for "
+        "them, and fetching them with every fetch of the contexts slows the contexts' fetches "
+        "on the embedded broker; but feedback that comes after a quiet spell waits up to "
+        "that long; a partition with records unread is fetched every time (default: "
+        "%(default)s, every time)",
     )
     parser.add_argument(
         "--event-loop",

@@ -220,7 +220,7 @@ class PrometheusSink(Sink):
             "banditflow_input_fetches",
             "Fetch answers of the worker's input consumer, per stream, counted once per "
             "partition in the answer: how often each stream is fetched (feedback and truth "
-            "only every --feedback-fetch-interval-ms once caught up)",
+            "less often with --feedback-fetch-interval-ms)",
             ("stream",), registry=r,
         )
         self.state_keys = Gauge(

@@ -10,9 +10,9 @@ consumer re-publishing each context (no learner, no state of its own), either
 - once a state record of what it fetched is acknowledged: the **state-first floor**, the
   least any design adds that publishes a decision only after its state is durable, as the
   worker's commits do (streams/committer.py; pipelined the same way);
-- at once, with its feedback fetched as the worker fetches it (paced once caught up,
-  ``--feedback-fetch-interval-ms``): the **paced floor**, the floor of a design that, as the
-  worker, does not fetch the feedback with every fetch of the contexts.
+- at once, with its feedback paced as the worker's with ``--feedback-fetch-interval-ms 200``
+  (paused once caught up): the **paced floor**, the floor of a design that does not fetch
+  the feedback with every fetch of the contexts.
 
 Tansu slows as batches accumulate, so every measurement gets a fresh broker; the floors and
 banditflow alternate so that all meet the same machine load, and the table reports each and
@@ -93,14 +93,13 @@ from bench_state_layer import (
 from banditflow.streams.broker import EmbeddedBroker, free_port
 from banditflow.streams.metrics import COMMIT_STAGES
 from banditflow.streams.scrape import value
-from banditflow.streams.settings import WorkerSettings
 from banditflow.streams.topics import Topics, ensure_topics, partition_for, state_topic
 
 HERE = Path(__file__).resolve().parent
 RATES = (500.0, 2000.0)
 FLOOR_FETCH_WAIT_MS = 10
-# The paced floor's feedback interval: the worker's default.
-FEEDBACK_INTERVAL_S = WorkerSettings().feedback_fetch_interval_s
+# The paced floor's feedback interval (the worker's --feedback-fetch-interval-ms 200).
+FEEDBACK_INTERVAL_S = 0.2
 IDLE_S = 10.0
 # produce_probe.py: requests a second (a fifth of the contexts' rate at 500/s: enough
 # answers for a p99 in 20 s, little beside the floor's load), and its seconds alone on the
@@ -289,7 +288,7 @@ async def measure_floor(
     paced: bool = False,
 ) -> dict[str, Any]:
     """The no-op round trip at ``rate`` (``state_first``: writing a state record before it
-    re-publishes; ``paced``: its feedback fetched as the worker's; see noop_roundtrip.py);
+    re-publishes; ``paced``: its feedback paced, see noop_roundtrip.py);
     with its own latency per context, fetch -> output acknowledged (``process_ms``).
     ``probe``: with produce_probe.py timing the broker's acknowledgements, alone for
     ``PROBE_IDLE_S`` first (``ack_idle_ms``), then beside the load (``ack_loaded_ms``); the
@@ -358,7 +357,7 @@ def table(results: dict[str, Any]) -> str:
              [median_of(floor, "app_ms", p) for p in pcts]),
             ("difference, banditflow - floor (ms)",
              [median_of(ours, "app_ms", p) - median_of(floor, "app_ms", p) for p in pcts]),
-            ("paced floor: the floor fetching its feedback as the worker does (ms)",
+            ("paced floor: the floor with its feedback paced (200 ms) (ms)",
              [median_of(paced, "app_ms", p) for p in pcts]),
             ("difference, banditflow - paced floor (ms)",
              [median_of(ours, "app_ms", p) - median_of(paced, "app_ms", p) for p in pcts]),

@@ -13,8 +13,8 @@ the output topic (feedback is read and dropped): no learner, no state of its own
   the outputs of the one before, in one produce request.
 
 Either with its **feedback paced** (``NOOP_FEEDBACK_INTERVAL_MS`` set): the feedback
-partitions fetched as the worker fetches them (``--feedback-fetch-interval-ms``,
-streams/fetch_wait.py's FetchPacing), paused that long once an answer shows them caught up.
+partitions paused as a worker's with ``--feedback-fetch-interval-ms`` pauses them
+(streams/fetch_wait.py's FetchPacing) once an answer shows them caught up.
 
 Each output carries the wall time of the fetch that brought its context (header
 ``fetched_at``), as a decision carries ``decided_at``. On SIGTERM it prints, as one JSON
@@ -29,7 +29,8 @@ subprocess, as it starts a worker):
     NOOP_OUTPUT         output topic
     NOOP_FETCH_WAIT_MS  the consumer's fetch_max_wait_ms
     NOOP_STATE_TOPIC    (optional) the state first mode's state topic
-    NOOP_FEEDBACK_INTERVAL_MS  (optional) the feedback's pace, as the worker's
+    NOOP_FEEDBACK_INTERVAL_MS  (optional) the feedback's pace, as a worker's
+                        --feedback-fetch-interval-ms
 
 Run: ``python tests/benchmarks/noop_roundtrip.py``; it prints "ready" once it reads.
 """
@@ -108,8 +109,8 @@ class Republisher:
 
 
 class PacedFeedback:
-    """Pauses the feedback partitions as the worker does (FetchPacing), once an answer since
-    they were resumed shows nothing unread."""
+    """Pauses the feedback partitions as a paced worker does (FetchPacing), once an answer
+    since they were resumed shows nothing unread."""
 
     def __init__(self, consumer: AIOKafkaConsumer, tps: list[TopicPartition], interval_s: float
                  ) -> None:
