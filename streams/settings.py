@@ -46,7 +46,8 @@ class WorkerSettings:
     # decision waits for them; streams/fetch_wait.py: FetchPacing); 0, the default: fetched
     # every time (a pause delays the feedback that comes after a quiet spell by up to that
     # much: with 200 ms the state-layer benchmark did 20,510 events/s against 24,986 for the
-    # worker before it, 8562da3; medians of 4 one-off pairs, 2026-11-29).
+    # worker before it, 8562da3; medians of 4 one-off pairs of bench_state_layer.py's
+    # measurement, 2026-11-29, that no command in the repository regenerates).
     feedback_fetch_interval_s: float = 0.0
     # A caught-up stream's clock follows the wall clock, this far behind (records a
     # producer has stamped but not yet delivered must not be overtaken).

@@ -397,6 +397,8 @@ class Worker:
     def _pace_inputs(self) -> None:
         """Pause the caught-up partitions of the streams no decision waits for (FetchPacing)."""
         now, answers, pacing = time.time(), self.fetch_answers, self.fetch_pacing
+        if pacing.interval_s <= 0:
+            return  # (off, the default: nothing to look at after each poll)
         for task in self.ownership.tasks.values():
             if not task.active:
                 continue
