@@ -123,9 +123,9 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
         help="how long, at most, the feedback and truth partitions are paused once caught up "
         "(shorter where records come fast, none past 1,000 a second): no decision waits for "
         "them, and fetching them with every fetch of the contexts slows the contexts' fetches "
-        "on the embedded broker; but feedback that comes after a quiet spell waits up to "
-        "that long; a partition with records unread is fetched every time (default: "
-        "%(default)s, every time)",
+        "on the embedded broker; but while contexts flow, feedback waits up to that long; a "
+        "partition with records unread is fetched every time, and a fetch that brings "
+        "nothing ends the pause (default: %(default)s, every time)",
     )
     parser.add_argument(
         "--event-loop",

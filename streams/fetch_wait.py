@@ -123,7 +123,8 @@ class FetchPacing:
     paused as soon as an answer asked since it was last resumed shows nothing unread in it,
     so most fetches carry the contexts alone. A partition with records unread is fetched
     with every fetch (a backlog is read at full speed); ``interval_s`` 0 fetches every
-    partition every time.
+    partition every time. The worker ends the pauses early once a fetch brings nothing
+    (streams/worker.py, ``_resume_paced``): the pause is for while contexts flow.
 
     Why: every partition a fetch names costs the broker, and each answer that brings a
     record costs the worker one more fetch. The embedded broker (Tansu 0.6.0) lists every

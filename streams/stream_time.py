@@ -60,9 +60,12 @@ class FetchAnswers:
     def __init__(
         self, clock: Callable[[], float] = time.time,
         on_answer: Callable[[TopicPartition], None] | None = None,
+        on_empty: Callable[[float], None] | None = None,
     ) -> None:
         self.clock = clock
         self.on_answer = on_answer  # called for each partition an answer brought
+        # called with the asking time of an answer that brought no record of any partition
+        self.on_empty = on_empty
         self.answers: dict[TopicPartition, FetchAnswer] = {}
         # Per partition, a few (processed at, high watermark) of past answers, oldest first.
         self.kept: dict[TopicPartition, list[tuple[float, int]]] = {}
@@ -81,19 +84,22 @@ class FetchAnswers:
                 # cancellation escaped and failed the consumer's stop (a worker whose broker
                 # died exited with a traceback instead of its status).
                 return False
-            self.answered(assignment, request, asked_at)
+            # (aiokafka's result: whether it buffered records, or an error, for the consumer)
+            if self.answered(assignment, request, asked_at) and not result and self.on_empty:
+                self.on_empty(asked_at)
             return result
 
         fetcher._proc_fetch_request = proc_fetch_request
         return self
 
-    def answered(self, assignment: Any, request: Any, asked_at: float) -> None:
+    def answered(self, assignment: Any, request: Any, asked_at: float) -> bool:
         """Take the high watermarks that the answer to ``request`` (asked at ``asked_at``)
         left in ``assignment``: only those it set (aiokafka stamps them when it processes
         the answer, after ``asked_at``; a partition it discarded or failed keeps an older
-        stamp)."""
+        stamp). Whether it set any (a failed fetch sets none)."""
         if not assignment.active:
-            return
+            return False
+        stamped = False
         asked_ms = int(asked_at * 1000)
         processed_at = self.clock()
         for topic, partitions in request.topics:
@@ -103,6 +109,7 @@ class FetchAnswers:
                 if state is None or state.highwater is None or state.timestamp is None:
                     continue
                 if state.timestamp >= asked_ms:
+                    stamped = True
                     self.answers[tp] = FetchAnswer(state.highwater, asked_at)
                     if self.on_answer is not None:
                         self.on_answer(tp)
@@ -110,6 +117,7 @@ class FetchAnswers:
                     if not kept or processed_at - kept[-1][0] >= self.KEEP_EVERY_S:
                         kept.append((processed_at, state.highwater))
                         del kept[:-4]
+        return stamped
 
     def unread(self, tp: TopicPartition, position: int) -> int:
         """How many records the broker last reported beyond ``position`` (0 before any

@@ -44,6 +44,7 @@ class ScriptedFetcher:
         self.answer = asyncio.Event()
         self.highwater = 0
         self.freeze_s = 0.0
+        self.brought = True  # the answer brought records (aiokafka's result)
 
     async def _proc_fetch_request(self, assignment: Any, node_id: int, request: Any) -> bool:
         await self.answer.wait()
@@ -54,7 +55,7 @@ class ScriptedFetcher:
                 state = assignment.state_value(TopicPartition(topic, partition))
                 state.highwater = highwater
                 state.timestamp = int(self.clock.now * 1000)
-        return True
+        return self.brought
 
 
 def assigned() -> Any:
@@ -76,10 +77,12 @@ async def fetch(fetcher: ScriptedFetcher, assignment: Any, highwater: int,
     await fetcher._proc_fetch_request(assignment, 0, request())
 
 
-def installed(clock: Clock) -> tuple[FetchAnswers, ScriptedFetcher, Any]:
+def installed(clock: Clock, on_empty: Any = None) -> tuple[FetchAnswers, ScriptedFetcher, Any]:
     assignment = assigned()
     fetcher = ScriptedFetcher(clock)
-    answers = FetchAnswers(clock).install(SimpleNamespace(_fetcher=fetcher))  # type: ignore[arg-type]
+    answers = FetchAnswers(clock, on_empty=on_empty).install(
+        SimpleNamespace(_fetcher=fetcher)  # type: ignore[arg-type]
+    )
     return answers, fetcher, assignment
 
 
@@ -121,6 +124,27 @@ def test_a_partition_the_answer_did_not_update_keeps_its_answer() -> None:
     asyncio.run(main())
 
 
+def test_an_answer_that_brought_no_record_is_reported_with_when_it_was_asked() -> None:
+    """on_empty (the worker resumes the partitions pacing paused): called for an answer that
+    brought no record, with its asking time; not for one that brought records, nor for a
+    fetch that failed (aiokafka answers False then too, but stamps no partition)."""
+
+    async def main() -> None:
+        clock, empty = Clock(20.0), []
+        answers, fetcher, assignment = installed(clock, on_empty=empty.append)
+        await fetch(fetcher, assignment, highwater=3)
+        assert empty == []
+        fetcher.brought = False
+        clock.now = 21.0
+        await fetch(fetcher, assignment, highwater=3, freeze_s=0.5)
+        assert empty == [21.0]
+        # a failed fetch: no partition stamped since it was asked
+        assert answers.answered(assignment, request(), asked_at=30.0) is False
+        assert empty == [21.0]
+
+    asyncio.run(main())
+
+
 def test_the_aiokafka_internals_it_wraps_are_there() -> None:
     parameters = list(inspect.signature(Fetcher._proc_fetch_request).parameters)
     assert parameters == ["self", "assignment", "node_id", "request"]
@@ -128,6 +152,8 @@ def test_the_aiokafka_internals_it_wraps_are_there() -> None:
     source = inspect.getsource(Fetcher._proc_fetch_request)
     assert "tp_state.highwater = highwater" in source
     assert "tp_state.timestamp = now_ms" in source
+    # its result: whether it buffered records (or an error) for the consumer
+    assert "return needs_wakeup" in source
 
 
 def test_a_cancelled_fetch_ends_quietly() -> None:
