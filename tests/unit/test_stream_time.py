@@ -45,11 +45,14 @@ class ScriptedFetcher:
         self.highwater = 0
         self.freeze_s = 0.0
         self.brought = True  # the answer brought records (aiokafka's result)
+        self.fails = False  # the fetch fails: no partition stamped, False
 
     async def _proc_fetch_request(self, assignment: Any, node_id: int, request: Any) -> bool:
         await self.answer.wait()
         highwater = self.highwater  # what the broker said when it answered
         self.clock.now += self.freeze_s  # the process stops before it reads the answer
+        if self.fails:
+            return False
         for topic, partitions in request.topics:
             for partition, *_ in partitions:
                 state = assignment.state_value(TopicPartition(topic, partition))
@@ -138,9 +141,10 @@ def test_an_answer_that_brought_no_record_is_reported_with_when_it_was_asked() -
         clock.now = 21.0
         await fetch(fetcher, assignment, highwater=3, freeze_s=0.5)
         assert empty == [21.0]
-        # a failed fetch: no partition stamped since it was asked
-        assert answers.answered(assignment, request(), asked_at=30.0) is False
+        fetcher.fails, clock.now = True, 30.0
+        await fetch(fetcher, assignment, highwater=3)
         assert empty == [21.0]
+        assert answers.asked_at(TP) == 21.0  # (the failed fetch left the answer as it was)
 
     asyncio.run(main())
 
