@@ -44,8 +44,8 @@ class WorkerSettings:
     fetch_wait_ms: int = 500
     # How long, at most, the feedback and truth partitions are paused once caught up (no
     # decision waits for them; streams/fetch_wait.py: FetchPacing); 0, the default: fetched
-    # every time (paced at 200 ms, the gain in decision latency was not clear in one-off
-    # paired runs, 2026-11-29: README, Performance, "Feedback at its own pace").
+    # every time (paced at 200 ms, one-off paired runs on the embedded broker: README,
+    # Performance, "Feedback at its own pace").
     feedback_fetch_interval_s: float = 0.0
     # A caught-up stream's clock follows the wall clock, this far behind (records a
     # producer has stamped but not yet delivered must not be overtaken).
