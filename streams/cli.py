@@ -125,7 +125,7 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
         "them, and fetching them with every fetch of the contexts slows the contexts' fetches "
         "on the embedded broker; but while contexts flow, feedback waits up to that long; a "
         "partition with records unread is fetched every time, and a fetch that brings "
-        "nothing ends the pause (default: %(default)s, every time)",
+        "nothing ends the pause; 0 fetches them every time (default: %(default)s)",
     )
     parser.add_argument(
         "--event-loop",

@@ -402,7 +402,7 @@ class Worker:
         """Pause the caught-up partitions of the streams no decision waits for (FetchPacing)."""
         now, answers, pacing = time.time(), self.fetch_answers, self.fetch_pacing
         if pacing.interval_s <= 0:
-            return  # (off, the default: nothing to look at after each poll)
+            return  # (off: nothing to look at after each poll)
         for task in self.ownership.tasks.values():
             if not task.active:
                 continue
