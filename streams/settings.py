@@ -44,8 +44,9 @@ class WorkerSettings:
     fetch_wait_ms: int = 500
     # How long, at most, the feedback and truth partitions are paused once caught up (no
     # decision waits for them; streams/fetch_wait.py: FetchPacing); 0: fetched every time.
-    # 200 ms: p50 better in 10 of 12 one-off pairs at 500/s on the embedded broker, p99 and
-    # throughput unchanged (README, Performance, "Feedback at its own pace").
+    # 200 ms: at 500/s p50 better in 10 of 12 one-off pairs on the embedded broker, p99 and
+    # throughput unchanged; at 2,000/s p99 worse in 5 of 7 (README, Performance, "Feedback
+    # at its own pace").
     feedback_fetch_interval_s: float = 0.2
     # A caught-up stream's clock follows the wall clock, this far behind (records a
     # producer has stamped but not yet delivered must not be overtaken).
