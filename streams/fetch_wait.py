@@ -16,9 +16,9 @@ log = logging.getLogger(__name__)
 class FetchWait:
     """How long a fetch may wait for records: the configured wait, doubled (up to ``CAP_MS``)
     while records wait unread and polls bring none (for three waits) or one record at a time
-    (``THIN_POLLS`` polls in a row), and halved back towards the configured wait once records
-    flow again, probing. A probe (a halving) comes after ``probe_s`` of flow at the raised
-    wait that ends caught up (no record left unread), or after ``PROBE_MAX_S`` of flow in a
+    (``THIN_POLLS`` polls in a row), and halved back towards the configured wait, probing. A
+    probe (a halving) comes ``probe_s`` after the wait last changed, at a poll that leaves no
+    record unread, whether it brought records or none, or after ``PROBE_MAX_S`` of flow in a
     backlog; ``probe_s`` starts at ``PROBE_MIN_S``, doubles (up to ``PROBE_MAX_S``) each time
     a probe fails (the wait had to be doubled again within the probe's interval) and comes
     back to ``PROBE_MIN_S`` when a probe holds (the next probe, or the next raise, comes
@@ -40,7 +40,14 @@ class FetchWait:
     polls that bring at most one record and leave some unread never came twice in a row in
     two such runs: ``THIN_POLLS`` is well above. A poll is thin by the records it brought
     from all partitions: a partition read a batch at a time beside others that flow is not
-    seen, and is read at the pace of the others' waits.)
+    seen, and is read at the pace of the others' waits.) An idle worker probes too: when
+    probes needed records, a wait raised just before the stream went quiet stayed raised
+    until records came again, and they waited it out (in a paired run of that measurement,
+    2026-11-29, one of four workers had its wait raised to 40 ms at its start, before any
+    load, by polls that brought nothing while a record waited unread, and kept it for the
+    11 s until the load came). On a partition the broker cannot list at the configured
+    wait, an idle probe costs the next records a raise again (three waits), and probes
+    that fail space themselves out as in a backlog (tests/fault/test_fetch_wait.py).
     """
 
     CAP_MS = 2000
@@ -80,8 +87,9 @@ class FetchWait:
             self.probing, self.thin_polls = False, 0
             return self._set(min(self.CAP_MS, 2 * self.current_ms), now)
         since_change = now - self.changed
-        if records and self.current_ms > self.configured_ms and (
-            since_change >= self.PROBE_MAX_S or (since_change >= self.probe_s and not behind)
+        if self.current_ms > self.configured_ms and (
+            (records and since_change >= self.PROBE_MAX_S)
+            or (since_change >= self.probe_s and not behind)
         ):
             if self.probing:  # the last probe held: probe again as soon
                 self.probe_s = self.PROBE_MIN_S

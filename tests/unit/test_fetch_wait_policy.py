@@ -127,6 +127,31 @@ def test_a_starvation_long_after_the_last_probe_is_not_a_failed_probe() -> None:
     assert raised == [20] and wait.probe_s == FetchWait.PROBE_MIN_S
 
 
+def test_an_idle_worker_probes_its_raised_wait_back_without_records() -> None:
+    """A wait raised just before the stream went quiet comes back while nothing comes: one
+    halving per PROBE_MIN_S of polls that bring nothing and leave nothing unread."""
+    wait = FetchWait(10)
+    _, t = starve(wait, wait.changed, 40)
+    quiet = [t + 0.1 * k for k in range(1, 10)]  # 0.9 s of empty, caught-up polls
+    assert all(wait.fetched(p, records=0, behind=False) is None for p in quiet)
+    assert wait.fetched(t + 1 + EPS, records=0, behind=False) == 20
+    assert wait.fetched(t + 2 + 2 * EPS, records=0, behind=False) == 10
+    assert wait.fetched(t + 60, records=0, behind=False) is None  # the configured wait
+
+
+def test_an_idle_probe_that_the_next_records_undo_spaces_the_next_out() -> None:
+    """A partition the broker cannot list at the configured wait: the records after an idle
+    probe wait unread, the wait rises again within the probe's interval, and the next probe
+    comes later, as in a backlog."""
+    wait = FetchWait(10)
+    _, t = starve(wait, wait.changed, 20)
+    assert wait.fetched(t + 1 + EPS, records=0, behind=False) == 10  # the idle probe
+    raised, t = starve(wait, t + 1 + EPS, 20)
+    assert raised == [20] and wait.probe_s == 2 * FetchWait.PROBE_MIN_S
+    assert wait.fetched(t + 1 + EPS, records=0, behind=False) is None  # not after 1 s
+    assert wait.fetched(t + 2 + EPS, records=0, behind=False) == 10
+
+
 def test_a_record_at_a_time_while_records_wait_unread_doubles_the_wait() -> None:
     """Tansu with a wait too short to list a partition's batches answers a batch per fetch:
     THIN_POLLS such polls in a row (records left unread after each) double the wait; a
