@@ -5,9 +5,9 @@ partition it reads holds some 40,000 record batches and the fetch may wait only 
 worker's default on it then; 10 ms now): finding the offset costs more than the wait. A
 worker that kept asking the same way never read again (the soak test found it after 13
 minutes at 200 contexts/s of one-record batches). The worker doubles its fetch wait while
-records wait unread (streams.fetch_wait.FetchWait). This test fills one contexts partition with
-``FAULT_FETCH_BATCHES`` one-record batches (default 45,000; 0 skips it) and checks that a
-worker then decides every one of them: in about 8 s here, where the worker without the
+records wait unread (streams.fetch_wait.FetchWait). This test fills one contexts partition
+with ``FAULT_FETCH_BATCHES`` one-record batches (default 45,000; 0 skips it) and checks that
+a worker then decides every one of them: in about 8 s here, where the worker without the
 adaptive wait decided none in 300 s. Then, caught up and idle, the worker probes its wait
 back to the configured one, and a context sent after that is still decided (the wait rises
 again for it).
