@@ -43,7 +43,11 @@ Reported, medians over ``rounds`` rounds of each run's p50 / p95 / p99:
 - state log bytes per decision (with its feedback), at each rate;
 - the CPU time per decision (with its feedback) of the worker and of the floors' processes;
 - the idle CPU of the worker and of the floor (one learner, no load, ``IDLE_S`` seconds);
-- the broker's answer to a lone produce request, idle and beside the floor's load.
+- the broker's answer to a lone produce request, idle and beside the floor's load;
+- the broker's CPU share of one core in the first and the last quarter of the load, in
+  banditflow's measurement and the floors': a fetch that finds a record costs the embedded
+  broker time in proportion to its partition's batches, so its CPU climbs as a round's
+  one-record batches accumulate, and with it the time its answers wait for a core.
 
 The floors' fetch wait is the floor's best on this broker (``FLOOR_FETCH_WAIT_MS``: the issue-26
 measurements at 500/s gave p50/p99 20.5/71.8 ms at 20 ms, 16.5/52.9 at 10, 26.6/135.8 at 5,
@@ -61,6 +65,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import statistics
@@ -112,14 +117,15 @@ PARTITION = partition_for("lat", PARTITIONS)  # the learner's
 
 
 async def drive(
-    bootstrap: str, topics: Topics, rate: float, seconds: float, pid: int,
+    bootstrap: str, topics: Topics, rate: float, seconds: float, pid: int, broker_pid: int,
     on_done: Callable[[], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
     """Contexts of one learner at ``rate`` for ``seconds``, feedback for each decision as
     soon as it is read; the application's latency of every decision (and its two parts,
     before and after the fetch that brought the context, by the decision's ``decided_at``),
-    and the CPU time per decision of process ``pid`` (the one deciding) from the first
-    context to the last decision read."""
+    the CPU time per decision of process ``pid`` (the one deciding) from the first
+    context to the last decision read, and the broker's (``broker_pid``) CPU share of one
+    core in the first and the last quarter of the sending."""
     total = int(rate * seconds)
     contexts, truth = conformal_contexts(["lat"], 0, total, seed=7)
     answer = conformal_answer(truth)
@@ -147,15 +153,21 @@ async def drive(
         async with Reader(bootstrap, topics.decisions, on_decision) as reader:
             cpu_before = cpu_seconds(pid)
             started = time.monotonic()
+            # (time, the broker's CPU seconds) at the sending's start, quarters and end
+            broker_cpu = [(started, cpu_seconds(broker_pid))]
+            quarters = {total * k // 4 for k in (1, 2, 3)} - {0}
             for i, (lid, eid, raw) in enumerate(contexts):
                 delay = started + i / rate - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
+                if i in quarters:
+                    broker_cpu.append((time.monotonic(), cpu_seconds(broker_pid)))
                 sent_at[eid] = now = time.time()
                 body = json.loads(raw)
                 body["ts"] = now
                 await contexts_client.send(topics.contexts, dumps(body), key=lid.encode())
             sending = time.monotonic() - started
+            broker_cpu.append((time.monotonic(), cpu_seconds(broker_pid)))
             await reader.wait(lambda: reader.distinct >= total, 120, "latency decisions")
             cpu_ms = (cpu_seconds(pid) - cpu_before) * 1000 / total
         await feedback_client.flush()
@@ -166,7 +178,14 @@ async def drive(
         await feedback_client.stop()
     return {"contexts": total, "achieved_rate": total / sending, "app_ms": percentiles(app_ms),
             "to_fetch_ms": percentiles(to_fetch_ms), "from_fetch_ms": percentiles(from_fetch_ms),
-            "cpu_ms_per_decision": cpu_ms}
+            "cpu_ms_per_decision": cpu_ms,
+            "broker_cpu_share": [(c1 - c0) / (t1 - t0)
+                                 for (t0, c0), (t1, c1) in itertools.pairwise(broker_cpu)]}
+
+
+def pid_of(broker: EmbeddedBroker) -> int:
+    assert broker.process is not None, "the broker is not started"
+    return broker.process.pid
 
 
 async def idle_cpu(pid: int, seconds: float) -> float:
@@ -222,9 +241,8 @@ async def measure_banditflow(
                 total = int(rate * seconds)
                 _, final["text"] = await worker.wait_count("feedback", "applied", total, 120)
 
-            result = await drive(
-                run.bootstrap, worker.topics, rate, seconds, worker.process.pid, applied
-            )
+            result = await drive(run.bootstrap, worker.topics, rate, seconds,
+                                 worker.process.pid, pid_of(broker), applied)
         finally:
             await client.stop()
             await asyncio.to_thread(worker.stop)
@@ -321,7 +339,8 @@ async def measure_floor(
                 if not (state_first or probe or paced):
                     idle = await idle_cpu(floor.process.pid, IDLE_S)
                 loaded_from = time.monotonic()
-                result = await drive(broker.bootstrap, topics, rate, seconds, floor.process.pid)
+                result = await drive(broker.bootstrap, topics, rate, seconds,
+                                     floor.process.pid, pid_of(broker))
                 loaded_to = time.monotonic()
         result["process_ms"] = percentiles(floor.report)
     if probe:
@@ -399,6 +418,12 @@ def table(results: dict[str, Any]) -> str:
                for runs in (ours, floor, state_first)]
         lines.append(f"| {rate} | CPU per decision (ms), worker / floor / state-first floor | "
                      + " / ".join(f"{c:.2f}" for c in cpu) + " | | |")
+        for quarter, index in (("first", 0), ("last", -1)):
+            share = [statistics.median(run["broker_cpu_share"][index] for run in runs)
+                     for runs in (ours, floor, state_first)]
+            lines.append(f"| {rate} | the broker's CPU share of one core, the load's {quarter} "
+                         "quarter, banditflow / floor / state-first floor | "
+                         + " / ".join(f"{c:.2f}" for c in share) + " | | |")
     idle = [
         statistics.median(run["idle_cpu"] for both in results["rates"].values()
                           for run in both[kind])
