@@ -112,9 +112,10 @@ def _worker_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help=f"how long a fetch may wait for records (default: {EMBEDDED_FETCH_WAIT_MS} on the "
-        "embedded broker, which holds an empty fetch this long even when records arrive "
-        f"meanwhile, so it adds up to that to a decision's latency; {defaults.fetch_wait_ms} "
-        "elsewhere, where a fetch returns as soon as records arrive)",
+        "embedded broker, which looks again at a fetch that found nothing only after half "
+        "this long, then half of what is left, so it adds up to half of it to a decision's "
+        f"latency; {defaults.fetch_wait_ms} elsewhere, where a fetch returns as soon as "
+        "records arrive)",
     )
     parser.add_argument(
         "--feedback-fetch-interval-ms",
@@ -221,10 +222,11 @@ def non_negative_ms(text: str) -> float:
     return ms
 
 
-# The worker's input fetch wait per broker. The embedded broker (Tansu) holds a fetch that
-# found nothing for its whole wait, even when records arrive meanwhile: the wait adds up to
-# itself to a decision's latency, and a fetch lists every batch of its partition, so too
-# short a wait starves. A no-op consumer re-publishing each record at 500/s (issue 26):
+# The worker's input fetch wait per broker. The embedded broker (Tansu) looks again at a
+# fetch that found nothing only after half its wait, then half of what is left (its source,
+# and the wire: 400-ms fetches answered after 202, 302 or 401 ms, 2026-11-29): the wait adds
+# up to half itself to a decision's latency, and a fetch lists every batch of its partition,
+# so too short a wait starves. A no-op consumer re-publishing each record at 500/s (issue 26):
 # p50/p99 20.5/71.8 ms with a 20 ms wait, 16.5/52.9 with 10, 26.6/135.8 with 5, and with 2 a
 # third of the records not back after seconds. The worker at 500/s (tests/benchmarks/
 # bench_latency.py, 2 rounds each on a loaded machine): p50/p99 45/250 ms with 10, 61/366

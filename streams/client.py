@@ -282,8 +282,8 @@ class AsyncClient:
         return None
 
     async def _is_tansu(self) -> bool:
-        # The embedded broker holds an empty fetch for the whole wait even when records
-        # arrive meanwhile (the worker's --fetch-wait-ms says more): wait 20 ms there.
+        # The embedded broker looks again at an empty fetch only after half its wait (the
+        # worker's --fetch-wait-ms says more): wait 20 ms there.
         admin = AIOKafkaAdminClient(**self.connection.aiokafka_kwargs())
         await admin.start()
         try:

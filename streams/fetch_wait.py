@@ -33,8 +33,8 @@ class FetchWait:
     read at the raised wait, and there probes fail and space out to one every
     ``PROBE_MAX_S``. The same broker also leaves records unread for a few fetches when the
     machine's cores are busy (a load generator, the broker and a worker sharing 2 cores). A
-    caught-up worker's raised wait is latency (Tansu holds a fetch that finds nothing for its
-    whole wait while records arrive), so it must come back soon: with a fixed 30 s probe, 10
+    caught-up worker's raised wait is latency (Tansu looks again at a fetch that found
+    nothing only after half its wait), so it must come back soon: with a fixed 30 s probe, 10
     of 40 workers of ``bench_latency.py``'s measurement (15-25 s each, at 500/s and 2,000/s,
     2026-11-28) met a doubling to 20 or 40 ms, and most kept it to their end. (At 500/s,
     polls that bring at most one record and leave some unread never came twice in a row in

@@ -167,7 +167,7 @@ class PartitionTask:
         """Each stream's time: its latest record, or, once nothing is unread, the wall time
         at which the fetch that said so was asked (``idle_lag_s`` earlier: records a producer
         stamped may still be on their way). Not the wall clock now: the broker's high
-        watermark may be seconds old (a fetch the broker holds for its whole wait, a stalled
+        watermark may be seconds old (a fetch the broker holds for half its wait or more, a stalled
         event loop, a paused process), and records that came since must not be overtaken by
         a timeout (streams/stream_time.py)."""
 

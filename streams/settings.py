@@ -38,8 +38,8 @@ class WorkerSettings:
     # removes its dead predecessor from the group at once instead of waiting for its
     # session to time out. Default: the host name and web port.
     instance_id: str = ""
-    # How long a fetch may wait for records: the embedded broker answers an empty fetch only
-    # when this ends, even if records arrive meanwhile, so it adds to the input's latency
+    # How long a fetch may wait for records: the embedded broker looks again at an empty
+    # fetch only after half of it, then half of what is left, so it adds to the latency
     # (the CLI's default is per broker: streams/cli.py, EMBEDDED_FETCH_WAIT_MS).
     fetch_wait_ms: int = 500
     # How long, at most, the feedback and truth partitions are paused once caught up (no

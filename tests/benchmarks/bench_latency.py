@@ -1,9 +1,10 @@
 """Decision latency beside its floors: banditflow against no-op round trips, same broker, same run.
 
 On the embedded broker (Tansu) most of a decision's latency is the broker's: a fetch lists
-every record batch of its partition, and an empty fetch is held for its whole wait. So the
-worker's own share is only visible beside the floors, ``noop_roundtrip.py``: an aiokafka
-consumer re-publishing each context (no learner, no state of its own), either
+every record batch of its partition, and an empty fetch is looked at again only after half
+its wait. So the worker's own share is only visible beside the floors,
+``noop_roundtrip.py``: an aiokafka consumer re-publishing each context (no learner, no state
+of its own), either
 
 - at once: the **floor** (one fetch and one produce per decision, the least any design
   adds), or

@@ -221,7 +221,7 @@ async def produce(
 
 class Reader:
     """Reads a topic of this run from its beginning in the background (fetch_max_wait_ms=10:
-    Tansu answers an empty fetch only when the wait ends). Keeps the first record of every
+    Tansu looks again at an empty fetch only after half its wait). Keeps the first record of every
     (learner id, event id) and counts all records; warm-up records are left out. A floor's
     output (noop_roundtrip.py) says when its context was fetched in a header: it is read as
     the ``decided_at`` of a decision."""

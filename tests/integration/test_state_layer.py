@@ -243,12 +243,12 @@ def test_timeouts_follow_stream_time_not_the_wall_clock_of_a_restart(
 def test_a_stale_high_watermark_never_times_out_feedback_in_flight(
     broker, start_worker, read_topic, wait_until
 ) -> None:
-    """A caught-up stream's clock follows the wall time at which the broker last said it was
-    caught up, not the wall clock now. The embedded broker holds a fetch (here for about
-    2 s) even when records arrive meanwhile, so the high watermark the worker knows may be
-    2 s old: with the clock at `now - idle lag`, a decision whose feedback was already on
-    the broker, sent before the deadline, was timed out when its context had waited long
-    on the broker (a fetch wait later, the feedback stream seemed past its deadline)."""
+    """A caught-up stream's clock follows the wall time at which the broker last said it was caught
+    up, not the wall clock now. The embedded broker looks again at a fetch that found nothing
+    only after half its wait (here about 2 s), so the high watermark the worker knows may be a
+    second old or more: with the clock at `now - idle lag`, a decision whose feedback was
+    already on the broker, sent before the deadline, was timed out when its context had waited
+    long on the broker (a fetch wait later, the feedback stream seemed past its deadline)."""
     prefix, lid, timeout, events = run_prefix("stalehw"), "sh", 2.5, 32
     worker = start_worker(prefix, partitions=1, extra_args=["--fetch-wait-ms", "4000"])
     topics = worker.topics
