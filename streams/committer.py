@@ -136,6 +136,11 @@ class Committer:
         """Whether outputs of written commits are not acknowledged yet (see :meth:`settle`)."""
         return bool(self.publishing)
 
+    @property
+    def settled(self) -> bool:
+        """Whether every commit cut has its outputs acknowledged."""
+        return not self.unfinished and not self.publishing
+
     def stop_writes(self) -> None:
         """Write nothing more, not even the commit not finished: the broker lost the state,
         and whatever this worker wrote would land in a broker that no longer holds what it

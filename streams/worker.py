@@ -18,8 +18,10 @@ runs three loops:
   dead letters), then, once the broker has acknowledged it, the decisions and dead letters
   (a fenced former owner's never go out), then the group offsets. Commits are pipelined:
   the next commit's state record goes out with the decisions of the one before, in the
-  same request. Events keep flowing in while a commit is in flight and go into the next
-  one, so commits grow with the load; a commit never waits for the input to run out;
+  same request. In a backlog, events keep flowing in while a commit is in flight and go
+  into the next one, so commits grow with the load; a commit never waits for the input to
+  run out. Caught up, nothing is fetched until the commit of what was fetched is out
+  (``HOLD_INPUT_S``: on the embedded broker a fetch delays the commit's writes);
 - **broker watch**: /ready says when the broker is silent, and a topic lost or recreated
   means the broker lost the state.
 
@@ -135,6 +137,28 @@ BACKLOG_RECORDS = 256
 # records: no change there.
 POLL_RECORDS = 100
 
+# Unless a partition is in a backlog, the worker fetches its inputs again only once the
+# commit of what it fetched has its outputs acknowledged, or after HOLD_INPUT_S, and resumes
+# nothing paused meanwhile. Otherwise its next fetch goes out with the commit's state: the
+# embedded broker (Tansu 0.6.0, memory storage) lists every batch of a partition when a fetch
+# finds records, under a read lock of the one map that holds every topic, and a produce takes
+# that lock to write (object_store's InMemory, read in Tansu's source), so the commit's writes
+# waited for the listing: 3-7 ms once a partition holds 5,000-10,000 one-record batches. At
+# 500 contexts/s (bench_latency.py's measurement, 3 one-off pairs of 20-s rounds, 2026-11-29)
+# the worker's own p50/p95/p99 went from 4.3/10.5/14.5 to 1.8/4.1/6.5 ms (its state write's
+# p99 from 8.8 to 2.4, its outputs' from 8.8 to 2.4), the application's p50/p99 from
+# 18.2/40.9 to 14.9/38.3 (a fetch sent later finds more of what came meanwhile), and its CPU
+# per decision from 0.46 to 0.50 ms (each poll is committed on its own: none comes in while a
+# commit is out); at 2,000/s 8.2/18.3/26.6 to 4.3/8.7/19.2, the application's p99 61.1 and
+# 63.1. On Apache Kafka what arrives during a commit waits for its end, as the next commit
+# would have anyway. A backlog is read at full speed (BACKLOG_RECORDS). At most 0.1 s: a
+# commit takes a few milliseconds, and one that takes longer (a broker in trouble, a commit
+# that failed and waits to be taken up again) must not stop the input.
+HOLD_INPUT_S = 0.1
+
+# A paused input partition to resume (_resume_input's arguments).
+Resume = tuple[TopicPartition, PartitionTask, int, float | None]
+
 
 class Worker:
     """A banditflow worker process (see the module docstring)."""
@@ -154,6 +178,10 @@ class Worker:
         self._announced = False  # the ready line was logged (rebalances are logged after it)
         self._owned_before: frozenset[int] = frozenset()  # for the rebalance line
         self._waiting_events = 0
+        self._cuts = 0  # commits cut so far (a hold waits for the next)
+        self._published = asyncio.Event()  # set when outputs were acknowledged (for a hold)
+        # While the input is held: the resumes that come meanwhile, done once it ends.
+        self._deferred_resumes: list[Resume] | None = None
         self.fetch_wait = FetchWait(settings.fetch_wait_ms)
         self.fetch_pacing = FetchPacing(settings.feedback_fetch_interval_s)
         self.paced_streams = [(t, s) for t, s in self.streams.items() if s in PACED_STREAMS]
@@ -369,6 +397,11 @@ class Worker:
                 self._commit_wanted.set()
             self._adapt_fetch_wait(records=handled)
             self._pace_inputs()
+            if self._commit_wanted.is_set() and not any(
+                self._unread(task) > BACKLOG_RECORDS
+                for task in self.ownership.tasks.values() if task.active
+            ):
+                await self._hold_input()
             # getmany returns records it holds without yielding to the event loop: in a
             # backlog this loop would otherwise handle poll after poll before the commit loop
             # or the fetcher got a turn (see POLL_RECORDS). With polls of --max-batch, under a
@@ -397,6 +430,30 @@ class Worker:
         self.consumer.seek(tp, held.offset)
         if held.wait_s > 0:
             self._pause_input(tp, task, held.wait_s)
+
+    async def _hold_input(self) -> None:
+        """Fetch nothing (nor resume anything paused) until the commit of what was applied
+        so far has its outputs acknowledged, HOLD_INPUT_S at most (see there)."""
+        consumer, generation, cuts = self.consumer, self.ownership.generation, self._cuts
+        held = consumer.assignment() - consumer.paused()
+        consumer.pause(*held)
+        self._deferred_resumes = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + HOLD_INPUT_S
+        try:
+            while not (self._cuts > cuts and self.committer.settled):
+                if (left := deadline - loop.time()) <= 0:
+                    break
+                self._published.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._published.wait(), timeout=left)
+        finally:
+            deferred, self._deferred_resumes = self._deferred_resumes, None
+            # (A new assignment starts unpaused; the recoveries pause what they take over.)
+            if self.ownership.generation == generation:
+                consumer.resume(*(held & consumer.assignment()))
+            for resume in deferred:
+                self._resume_input(*resume)
 
     def _pace_inputs(self) -> None:
         """Pause the caught-up partitions of the streams no decision waits for (FetchPacing)."""
@@ -450,7 +507,11 @@ class Worker:
     def _resume_input(self, tp: TopicPartition, task: PartitionTask, generation: int,
                       until: float | None = None) -> None:
         """Fetch ``tp`` again (``until``: the pause that ends now, if it is still the latest),
-        unless the partition changed hands since it was paused."""
+        unless the partition changed hands since it was paused; while the input is held,
+        once the hold ends."""
+        if self._deferred_resumes is not None:
+            self._deferred_resumes.append((tp, task, generation, until))
+            return
         if until is not None and self._paused_until.get(tp) != until:
             return  # (paused since for longer, or resumed already)
         del self._paused_until[tp]
@@ -561,6 +622,7 @@ class Worker:
             commit.cut_at, commit.cut_done_at = self.wall, done
         self._waiting_events = 0
         self._committed.set()
+        self._cuts += 1
         return commits
 
     def _cut(self, task: PartitionTask) -> PendingCommit | None:
@@ -590,6 +652,7 @@ class Worker:
         """Count the commits whose outputs are now out, and their latencies."""
         if not published:
             return
+        self._published.set()
         self.broker_heard = time.monotonic()
         for commit in published:
             at, cut_at = commit.published_at, commit.cut_at
