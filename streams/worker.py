@@ -137,27 +137,27 @@ BACKLOG_RECORDS = 256
 # records: no change there.
 POLL_RECORDS = 100
 
-# Unless a partition is in a backlog, the worker fetches its inputs again only once the
-# commit of what it fetched has its outputs acknowledged, or after HOLD_INPUT_S, and resumes
-# nothing paused meanwhile. Otherwise its next fetch goes out with the commit's state: the
-# embedded broker (Tansu 0.6.0, memory storage) lists every batch of a partition when a fetch
-# finds records, under a read lock of the one map that holds every topic, and a produce takes
-# that lock to write (object_store's InMemory, read in Tansu's source), so the commit's writes
-# waited for the listing: 3-7 ms once a partition holds 5,000-10,000 one-record batches. At
-# 500 contexts/s (bench_latency.py's measurement, 3 one-off pairs of 20-s rounds, 2026-11-29)
-# the worker's own p50/p95/p99 went from 4.3/10.5/14.5 to 1.8/4.1/6.5 ms (its state write's
-# p99 from 8.8 to 2.4, its outputs' from 8.8 to 2.4), the application's p50/p99 from
-# 18.2/40.9 to 14.9/38.3 (a fetch sent later finds more of what came meanwhile), and its CPU
-# per decision from 0.46 to 0.50 ms (each poll is committed on its own: none comes in while a
-# commit is out); at 2,000/s 8.2/18.3/26.6 to 4.3/8.7/19.2, the application's p99 61.1 and
-# 63.1. On Apache Kafka what arrives during a commit waits for its end, as the next commit
-# would have anyway. A backlog is read at full speed (BACKLOG_RECORDS). At most 0.1 s: a
-# commit takes a few milliseconds, and one that takes longer (a broker in trouble, a commit
-# that failed and waits to be taken up again) must not stop the input.
+# Unless a partition is in a backlog, the worker fetches the partitions it fetched again only
+# once the commit of what they brought has its outputs acknowledged, or after HOLD_INPUT_S.
+# Otherwise its next fetch goes out with the commit's state: the embedded broker (Tansu 0.6.0,
+# memory storage) lists every batch of a partition when a fetch finds records, under a read
+# lock of the one map that holds every topic, and a produce takes that lock to write
+# (object_store's InMemory, read in Tansu's source), so the commit's writes waited for the
+# listing: 3-7 ms once a partition holds 5,000-10,000 one-record batches. At 500 contexts/s
+# (bench_latency.py's measurement, 3 one-off pairs of 20-s rounds, 2026-11-29) the worker's
+# own p50/p95/p99 went from 4.3/10.5/14.5 to 1.8/4.1/6.5 ms (its state write's p99 from 8.8
+# to 2.4, its outputs' from 8.8 to 2.4), the application's p50/p99 from 18.2/40.9 to
+# 14.9/38.3 (a fetch sent later finds more of what came meanwhile), and its CPU per decision
+# from 0.46 to 0.50 ms (each poll is committed on its own: none comes in while a commit is
+# out); at 2,000/s 8.2/18.3/26.6 to 4.3/8.7/19.2, the application's p99 61.1 and 63.1. A
+# pause that ends during a hold (feedback's pacing) ends at once: resumed only once the hold
+# ended, feedback came in the contexts' next poll, ahead of them, and the worker's p99 was 5.9
+# against 5.4 ms (3 more pairs). On Apache Kafka what arrives during a commit waits for its
+# end, as the next commit would have anyway. A backlog is read at full speed
+# (BACKLOG_RECORDS). At most 0.1 s: a commit takes a few milliseconds, and one that takes
+# longer (a broker in trouble, a commit that failed and waits to be taken up again) must not
+# stop the input.
 HOLD_INPUT_S = 0.1
-
-# A paused input partition to resume (_resume_input's arguments).
-Resume = tuple[TopicPartition, PartitionTask, int, float | None]
 
 
 class Worker:
@@ -180,8 +180,6 @@ class Worker:
         self._waiting_events = 0
         self._cuts = 0  # commits cut so far (a hold waits for the next)
         self._published = asyncio.Event()  # set when outputs were acknowledged (for a hold)
-        # While the input is held: the resumes that come meanwhile, done once it ends.
-        self._deferred_resumes: list[Resume] | None = None
         self.fetch_wait = FetchWait(settings.fetch_wait_ms)
         self.fetch_pacing = FetchPacing(settings.feedback_fetch_interval_s)
         self.paced_streams = [(t, s) for t, s in self.streams.items() if s in PACED_STREAMS]
@@ -432,12 +430,11 @@ class Worker:
             self._pause_input(tp, task, held.wait_s)
 
     async def _hold_input(self) -> None:
-        """Fetch nothing (nor resume anything paused) until the commit of what was applied
-        so far has its outputs acknowledged, HOLD_INPUT_S at most (see there)."""
+        """Fetch none of the partitions fetched now until the commit of what was applied so
+        far has its outputs acknowledged, HOLD_INPUT_S at most (see there)."""
         consumer, generation, cuts = self.consumer, self.ownership.generation, self._cuts
         held = consumer.assignment() - consumer.paused()
         consumer.pause(*held)
-        self._deferred_resumes = []
         loop = asyncio.get_running_loop()
         deadline = loop.time() + HOLD_INPUT_S
         try:
@@ -448,12 +445,9 @@ class Worker:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._published.wait(), timeout=left)
         finally:
-            deferred, self._deferred_resumes = self._deferred_resumes, None
             # (A new assignment starts unpaused; the recoveries pause what they take over.)
             if self.ownership.generation == generation:
                 consumer.resume(*(held & consumer.assignment()))
-            for resume in deferred:
-                self._resume_input(*resume)
 
     def _pace_inputs(self) -> None:
         """Pause the caught-up partitions of the streams no decision waits for (FetchPacing)."""
@@ -507,11 +501,7 @@ class Worker:
     def _resume_input(self, tp: TopicPartition, task: PartitionTask, generation: int,
                       until: float | None = None) -> None:
         """Fetch ``tp`` again (``until``: the pause that ends now, if it is still the latest),
-        unless the partition changed hands since it was paused; while the input is held,
-        once the hold ends."""
-        if self._deferred_resumes is not None:
-            self._deferred_resumes.append((tp, task, generation, until))
-            return
+        unless the partition changed hands since it was paused."""
         if until is not None and self._paused_until.get(tp) != until:
             return  # (paused since for longer, or resumed already)
         del self._paused_until[tp]
