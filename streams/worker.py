@@ -174,11 +174,10 @@ class Worker:
         self.broker_error = ""  # why the last probe of a silent broker failed (for /ready)
         self.stopping = asyncio.Event()
         self._commit_wanted = asyncio.Event()
-        self._committed = asyncio.Event()
+        self._committed = asyncio.Event()  # set at each cut (a full backlog, a hold wait for it)
         self._announced = False  # the ready line was logged (rebalances are logged after it)
         self._owned_before: frozenset[int] = frozenset()  # for the rebalance line
         self._waiting_events = 0
-        self._cuts = 0  # commits cut so far (a hold waits for the next)
         self._published = asyncio.Event()  # set when outputs were acknowledged (for a hold)
         self.fetch_wait = FetchWait(settings.fetch_wait_ms)
         self.fetch_pacing = FetchPacing(settings.feedback_fetch_interval_s)
@@ -432,13 +431,14 @@ class Worker:
     async def _hold_input(self) -> None:
         """Fetch none of the partitions fetched now until the commit of what was applied so
         far has its outputs acknowledged, HOLD_INPUT_S at most (see there)."""
-        consumer, generation, cuts = self.consumer, self.ownership.generation, self._cuts
+        consumer, generation = self.consumer, self.ownership.generation
+        self._committed.clear()  # (set by the next cut, which takes what was applied)
         held = consumer.assignment() - consumer.paused()
         consumer.pause(*held)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + HOLD_INPUT_S
         try:
-            while not (self._cuts > cuts and self.committer.settled):
+            while not (self._committed.is_set() and self.committer.settled):
                 if (left := deadline - loop.time()) <= 0:
                     break
                 self._published.clear()
@@ -612,7 +612,6 @@ class Worker:
             commit.cut_at, commit.cut_done_at = self.wall, done
         self._waiting_events = 0
         self._committed.set()
-        self._cuts += 1
         return commits
 
     def _cut(self, task: PartitionTask) -> PendingCommit | None:
