@@ -43,11 +43,14 @@ class WorkerSettings:
     # (the CLI's default is per broker: streams/cli.py, EMBEDDED_FETCH_WAIT_MS).
     fetch_wait_ms: int = 500
     # How long, at most, the feedback and truth partitions are paused once caught up (no
-    # decision waits for them; streams/fetch_wait.py: FetchPacing); 0: fetched every time.
-    # 200 ms: at 500/s p50 better in 10 of 12 one-off pairs on the embedded broker, p99 and
-    # throughput unchanged; at 2,000/s the application's p99 unchanged in 17 (lower in 8),
-    # the worker's own p99 longer (README, Performance, "Feedback at its own pace").
-    feedback_fetch_interval_s: float = 0.2
+    # decision waits for them; streams/fetch_wait.py: FetchPacing); 0: fetched every time,
+    # the default. Paced at 200 ms, the application's p50 at 500/s was better in 10 of 12
+    # one-off pairs on the embedded broker before the worker held its input during a commit
+    # (streams/worker.py, HOLD_INPUT_S); since, the worker's own p99 was longer paced, at
+    # 500/s in 7 of 10 pairs and at 2,000/s in 3 of 4 (medians 20.0 against 10.7 ms), and
+    # the application's latency no better (README, Performance, "What the last millisecond
+    # inside the worker is made of").
+    feedback_fetch_interval_s: float = 0.0
     # A caught-up stream's clock follows the wall clock, this far behind (records a
     # producer has stamped but not yet delivered must not be overtaken).
     idle_lag_s: float = 1.0
