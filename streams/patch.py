@@ -140,11 +140,12 @@ def _same(a: Any, b: Any) -> bool:
 
 
 # Where two lists differ, how far a list patch looks for where they agree again: in windows
-# of these sizes, the nearest first. (C scans by list.index, some nanoseconds an element; the
-# first old score of an SPS learner trimmed at the front is nowhere in the new list, and in
-# one window of 4,096 that miss cost most of the patch: 5,000 scores trimmed by 2, 69 us a
-# patch, 27 us by windows, 2026-11-30.) Edits further apart than the last window come out as
-# new elements, and the list may then be written whole (its patch no smaller).
+# of these sizes, the nearest first. (C scans by list.index, some nanoseconds an element;
+# the first old score of an SPS learner trimmed at the front is nowhere in the new list, and
+# in one window of 4,096 that miss cost most of the patch: 5,000 scores trimmed by 2, 69 us
+# a patch, 27 us by windows, one-off timeit runs, 2026-11-30.) Edits further apart than the
+# last window come out as new elements, and the list may then be written whole (its patch no
+# smaller).
 RESYNC_WINDOWS = (16, 256, 4096)
 
 
