@@ -21,7 +21,8 @@ runs three loops:
   same request. In a backlog, events keep flowing in while a commit is in flight and go
   into the next one, so commits grow with the load; a commit never waits for the input to
   run out. Caught up, nothing is fetched until the commit of what was fetched is out
-  (``HOLD_INPUT_S``: on the embedded broker a fetch delays the commit's writes);
+  (``HOLD_INPUT_S``: on the embedded broker a fetch delays the commit's writes), unless
+  more than a few contexts would come meanwhile (``InputHold``);
 - **broker watch**: /ready says when the broker is silent, and a topic lost or recreated
   means the broker lost the state.
 
@@ -62,6 +63,7 @@ from banditflow.streams.fetch_wait import (
     PACED_STREAMS,
     FetchPacing,
     FetchWait,
+    InputHold,
     adapt_fetch_wait,
 )
 from banditflow.streams.group import (
@@ -137,7 +139,8 @@ BACKLOG_RECORDS = 256
 # records: no change there.
 POLL_RECORDS = 100
 
-# Unless a partition is in a backlog, the worker fetches the partitions it fetched again only
+# Unless a partition is in a backlog, or more than a few contexts would come meanwhile
+# (streams/fetch_wait.py, InputHold), the worker fetches the partitions it fetched again only
 # once the commit of what they brought has its outputs acknowledged, or after HOLD_INPUT_S.
 # Otherwise its next fetch goes out with the commit's state: the embedded broker (Tansu 0.6.0,
 # memory storage) lists every batch of a partition when a fetch finds records, under a read
@@ -181,6 +184,7 @@ class Worker:
         self._published = asyncio.Event()  # set when outputs were acknowledged (for a hold)
         self.fetch_wait = FetchWait(settings.fetch_wait_ms)
         self.fetch_pacing = FetchPacing(settings.feedback_fetch_interval_s)
+        self.input_hold = InputHold()
         self.paced_streams = [(t, s) for t, s in self.streams.items() if s in PACED_STREAMS]
         self._paused_until: dict[TopicPartition, float] = {}  # (the event loop's time)
         # The partitions pacing alone paused: when (wall time), and the task and ownership
@@ -365,12 +369,13 @@ class Worker:
                 continue
             fetched = await consumer.getmany(timeout_ms=100)
             if not fetched:
+                self.input_hold.polled(0, time.monotonic())
                 self._adapt_fetch_wait(records=0)
                 self._pace_inputs()
                 continue
             self.broker_heard = time.monotonic()
             self.wall = wall = time.time()
-            handled = 0
+            handled = contexts = 0
             for number, batches in by_partition(fetched, self.streams).items():
                 task = self.ownership.tasks.get(number)
                 if task is None or not task.active:
@@ -379,6 +384,8 @@ class Worker:
                 for stream, record in in_record_time_order(batches):
                     task.handle(stream, record, wall)
                 handled += sum(len(records) for _, records in batches)
+                contexts += sum(len(records) for stream, records in batches
+                                if stream == "contexts")
                 # Group commit: unless the partition is in a backlog, what produced an output
                 # is committed at once (or as soon as the commit in flight is acknowledged,
                 # with whatever came meanwhile). While more than BACKLOG_RECORDS wait unread,
@@ -389,14 +396,18 @@ class Worker:
                 # backlog anyway. Events that produced nothing wait for the interval.
                 if task.has_output and self._unread(task) <= BACKLOG_RECORDS:
                     self._commit_wanted.set()
+            polled_at = time.monotonic()
+            self.input_hold.polled(contexts, polled_at)
             self._waiting_events += handled
             if self._waiting_events >= self.settings.max_batch_events:
                 self._commit_wanted.set()
             self._adapt_fetch_wait(records=handled)
             self._pace_inputs()
-            if self._commit_wanted.is_set() and not any(
-                self._unread(task) > BACKLOG_RECORDS
-                for task in self.ownership.tasks.values() if task.active
+            if (
+                self._commit_wanted.is_set()
+                and self.input_hold.wanted(polled_at)
+                and not any(self._unread(task) > BACKLOG_RECORDS
+                            for task in self.ownership.tasks.values() if task.active)
             ):
                 await self._hold_input()
             # getmany returns records it holds without yielding to the event loop: in a
@@ -437,6 +448,7 @@ class Worker:
         consumer.pause(*held)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + HOLD_INPUT_S
+        started = time.monotonic()  # (loop.time() may count whole milliseconds: uvloop)
         try:
             while not (self._committed.is_set() and self.committer.settled):
                 if (left := deadline - loop.time()) <= 0:
@@ -448,6 +460,8 @@ class Worker:
             # (A new assignment starts unpaused; the recoveries pause what they take over.)
             if self.ownership.generation == generation:
                 consumer.resume(*(held & consumer.assignment()))
+            ended = time.monotonic()
+            self.input_hold.held(ended - started, ended)
 
     def _pace_inputs(self) -> None:
         """Pause the caught-up partitions of the streams no decision waits for (FetchPacing)."""

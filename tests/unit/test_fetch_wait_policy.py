@@ -1,12 +1,13 @@
 """The fetch wait adapts to a broker that answers short fetches with nothing; the inputs no
-decision waits for are fetched at their own pace once caught up."""
+decision waits for are fetched at their own pace once caught up; the input is held during a
+commit only while few contexts would come meanwhile."""
 
 from __future__ import annotations
 
 import pytest
 from aiokafka import TopicPartition
 
-from banditflow.streams.fetch_wait import FetchPacing, FetchWait
+from banditflow.streams.fetch_wait import FetchPacing, FetchWait, InputHold
 
 # (1 ms past each interval: now - changed for times this far apart is not exact in floats)
 EPS = 0.001
@@ -244,3 +245,73 @@ def test_pacing_is_per_partition_and_off_at_interval_0() -> None:
     off = FetchPacing(0.0)
     assert off.pause_for(a, 1.0, None, 0, 0) is None
     assert off.pause_for(a, 2.0, asked_at=2.0, unread=0, position=0) is None
+
+
+def flow(hold: InputHold, t: float, rate: float, seconds: float, hold_s: float | None
+         ) -> tuple[list[bool], float]:
+    """Polls every 20 ms from ``t`` bringing ``rate`` contexts a second, each followed by a
+    commit held for ``hold_s`` when the policy wants it (None: never asked): what it wanted
+    at each, and the time reached."""
+    wanted = []
+    for _ in range(round(seconds / 0.02)):
+        t += 0.02
+        hold.polled(round(rate * 0.02), t)
+        if hold_s is not None:
+            wanted.append(hold.wanted(t))
+            if wanted[-1]:
+                hold.held(hold_s, t)
+    return wanted, t
+
+
+def test_the_input_is_held_while_few_contexts_would_come_during_a_hold() -> None:
+    hold = InputHold()
+    assert hold.wanted(0.0)  # (nothing known yet: hold, as a caught-up worker should)
+    wanted, _ = flow(hold, 0.0, rate=500, seconds=3.0, hold_s=0.004)  # 2 in a hold
+    assert all(wanted)
+    assert hold.context_rate == pytest.approx(500, rel=0.05)
+    assert hold.hold_s == pytest.approx(0.004)
+
+
+def test_a_high_rate_stops_the_holds_but_a_probe_a_second_and_a_lower_one_brings_them_back(
+) -> None:
+    hold = InputHold()
+    t = flow(hold, 0.0, rate=500, seconds=2.0, hold_s=0.005)[1]
+    wanted, t = flow(hold, t, rate=2000, seconds=3.0, hold_s=0.005)  # 10 in a hold
+    assert sum(wanted[-100:]) == 2  # (the last 2 s: a probe a second)
+    wanted, t = flow(hold, t, rate=800, seconds=3.0, hold_s=0.005)  # 4 in a hold
+    assert all(wanted[-50:])  # (the last second)
+
+
+def test_probes_learn_that_holds_got_short_and_holding_resumes() -> None:
+    hold = InputHold()
+    wanted, t = flow(hold, 0.0, rate=2000, seconds=3.0, hold_s=0.005)
+    assert sum(wanted[-50:]) == 1  # (a probe)
+    wanted, t = flow(hold, t, rate=2000, seconds=8.0, hold_s=0.002)  # 4 in a hold
+    assert all(wanted[-50:])  # (5 probes of 2 ms: the median of the last 9 holds)
+
+
+def test_one_stalled_hold_does_not_stop_holding() -> None:
+    hold = InputHold()
+    t = flow(hold, 0.0, rate=500, seconds=2.0, hold_s=0.004)[1]
+    hold.held(0.1, t)  # (HOLD_INPUT_S: a stalled commit)
+    wanted, _ = flow(hold, t, rate=500, seconds=1.0, hold_s=0.004)
+    assert all(wanted)
+
+
+def test_longer_holds_alone_stop_them_at_the_same_rate() -> None:
+    hold = InputHold()
+    wanted, t = flow(hold, 0.0, rate=1000, seconds=2.0, hold_s=0.004)  # 4 in a hold
+    assert all(wanted)
+    wanted, _ = flow(hold, t, rate=1000, seconds=1.0, hold_s=0.010)  # 10 in a hold
+    assert sum(wanted) <= 6  # (until the median of the last 9 holds is 10 ms, and a probe)
+
+
+def test_polls_that_bring_nothing_bring_the_rate_down() -> None:
+    hold = InputHold()
+    t = flow(hold, 0.0, rate=3000, seconds=2.0, hold_s=None)[1]
+    hold.held(0.005, t)
+    assert not hold.wanted(t + 0.5)  # (15 in a hold)
+    t = flow(hold, t, rate=0, seconds=2.0, hold_s=None)[1]
+    assert hold.context_rate < 3000 * 0.2  # (a span of 1 s: e^-2 left)
+    hold.held(0.005, t)  # (no probe due: wanted for the rate alone)
+    assert hold.wanted(t)
