@@ -219,7 +219,8 @@ class InputHold:
     probes): the application's p50/p95/p99 34.5/70.3/104.9 against 36.6/97.5/165.0 ms (3
     pairs, p95 lower in 3 of 3, p99 in 2; a first version, with a mean of the holds and no
     probes, 39.8/79.2/108.5 against 44.9/138.5/262.8 in 4 pairs); the worker's own p99 34.3
-    against 21.4. At 500/s it held for every commit (4 rounds).
+    against 21.4. At 500/s it held for every commit (4 logged rounds, 3 of them of the
+    first version).
     """
 
     # Above 1,000/s's 3.5-4.5 (holding better), below 2,000/s's 7-12 (holding worse).
